@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import attrs
+import pytest
+from attrs import validators as v
+from rlinf_core.config import (
+    CommandLine,
+    ConfigError,
+    load_config,
+    parse_command_line,
+    structure_config,
+    unstructure_config,
+)
+
+
+@attrs.frozen(kw_only=True)
+class Logger:
+    log_path: str = "runs/default"
+    logger_backends: tuple[str, ...] = ("tensorboard",)
+
+
+@attrs.frozen(kw_only=True)
+class Runner:
+    max_steps: int = attrs.field(default=100, validator=v.ge(1))
+    save_interval: int = attrs.field(default=10, validator=v.ge(-1))
+    resume_dir: str | None = None
+    logger: Logger = Logger()
+
+
+@attrs.frozen(kw_only=True)
+class Algorithm:
+    adv_type: Literal["gae", "grpo", "reinpp"] = "gae"
+    gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
+
+
+@attrs.frozen(kw_only=True)
+class App:
+    runner: Runner = Runner()
+    algorithm: Algorithm = Algorithm()
+    component_placement: dict[str, str] = attrs.field(factory=lambda: {"actor": "0"})
+    seed: int
+
+
+def _write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+def test_yaml_and_overrides_build_frozen_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.yaml", "seed: 1\nrunner:\n  max_steps: 5\nalgorithm:\n  adv_type: grpo\n")
+    cfg = load_config(
+        App, path, ["runner.logger.log_path=/tmp/x", "algorithm.gamma=1", "runner.resume_dir=auto"]
+    )
+    assert cfg.runner.max_steps == 5
+    assert cfg.runner.logger.log_path == "/tmp/x"
+    assert cfg.algorithm.gamma == 1.0 and isinstance(cfg.algorithm.gamma, float)
+    assert cfg.algorithm.adv_type == "grpo"
+    assert cfg.runner.resume_dir == "auto"
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+def test_every_problem_is_reported_with_path_and_suggestion(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "c.yaml",
+        "seed: one\nrunner:\n  max_step: 5\n  save_interval: -7\nalgorithm:\n  adv_type: gaee\n  gamma: 2.0\nextra: 1\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(App, path)
+    problems = info.value.problems
+    text = "\n".join(problems)
+    assert len(problems) == 6, text
+    assert "seed: expected int, got str 'one'" in text
+    assert "runner.max_step: unknown key (did you mean 'runner.max_steps'?)" in text
+    assert "runner.save_interval: 'save_interval' must be >= -1: -7" in text
+    assert "algorithm.adv_type: 'gaee' is not one of 'gae', 'grpo', 'reinpp' (did you mean 'gae'?)" in text
+    assert "algorithm.gamma: 'gamma' must be <= 1.0: 2.0" in text
+    assert "extra: unknown key" in text
+    assert str(path) in str(info.value)
+
+
+def test_missing_required_and_bool_is_not_int() -> None:
+    with pytest.raises(ConfigError, match="seed: missing required key"):
+        structure_config(App, {})
+    with pytest.raises(ConfigError, match="seed: expected int, got bool True"):
+        structure_config(App, {"seed": True})
+
+
+def test_nested_collections_are_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        structure_config(
+            App,
+            {"seed": 0, "component_placement": {"actor": 3}, "runner": {"logger": {"logger_backends": "tb"}}},
+        )
+    text = str(info.value)
+    assert "component_placement.actor: expected str, got int 3" in text
+    assert "runner.logger.logger_backends: expected a list, got str 'tb'" in text
+
+
+def test_defaults_list_merges_base_file(tmp_path: Path) -> None:
+    _write(tmp_path, "base.yaml", "seed: 1\nrunner:\n  max_steps: 5\n  save_interval: 2\n")
+    child = _write(tmp_path, "child.yaml", "defaults: [base]\nrunner:\n  max_steps: 9\n")
+    cfg = load_config(App, child)
+    assert (cfg.seed, cfg.runner.max_steps, cfg.runner.save_interval) == (1, 9, 2)
+
+
+def test_override_add_remove_and_errors() -> None:
+    cfg = load_config(App, None, ["+seed=4", "~runner"])
+    assert cfg.seed == 4 and cfg.runner == Runner()
+    with pytest.raises(ConfigError, match=r"expected key\.sub=value"):
+        load_config(App, None, ["seed"])
+    with pytest.raises(ConfigError, match="seed is a int, not a mapping"):
+        load_config(App, None, ["seed=3", "seed.x=1"])
+
+
+def test_round_trip() -> None:
+    cfg = structure_config(App, {"seed": 2})
+    assert structure_config(App, unstructure_config(cfg)) == cfg
+
+
+def test_command_line(tmp_path: Path) -> None:
+    _write(tmp_path, "a.yaml", "seed: 1\n")
+    _write(tmp_path, "b.yaml", "seed: 2\n")
+    cl = parse_command_line(["--config-name", "b", "seed=3"], config_dir=tmp_path, default_name="a")
+    assert cl == CommandLine(tmp_path / "b.yaml", ("seed=3",), False)
+    cl = parse_command_line(["--print-config"], config_dir=tmp_path, default_name="a")
+    assert isinstance(cl, CommandLine) and cl.config_path == tmp_path / "a.yaml" and cl.print_config
+    assert "usage" in str(parse_command_line(["-h"], config_dir=tmp_path, default_name="a"))
+    with pytest.raises(ConfigError, match="available: a, b"):
+        parse_command_line(["--config-name=zzz"], config_dir=tmp_path, default_name="a")
+    with pytest.raises(ConfigError, match="unknown option '--bogus'"):
+        parse_command_line(["--bogus"], config_dir=tmp_path, default_name="a")
