@@ -16,12 +16,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, Union
 
 import attrs
+import cattrs
 
 __all__ = ["ConfigError", "structure_config", "unstructure_config"]
 
 T = TypeVar("T")
 
 _MISSING = object()
+
+# Leaf types other than the YAML scalars (Path, enums of other shapes, ...) are structured by cattrs.
+_CONVERTER = cattrs.Converter(forbid_extra_keys=True)
 
 
 class ConfigError(ValueError):
@@ -118,10 +122,16 @@ def _structure_scalar(tp: Any, value: Any, where: str, problems: list[str]) -> A
         value = float(value) if ok else value
     elif tp is str:
         ok = isinstance(value, str)
-    elif isinstance(tp, type):
-        ok = isinstance(value, tp)
-    else:
+    elif isinstance(tp, type) and isinstance(value, tp):
         ok = True
+    else:
+        try:
+            return _CONVERTER.structure(value, tp)
+        except Exception as e:  # cattrs raises many types; report them uniformly
+            problems.append(
+                f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {_describe(value)} ({e})"
+            )
+            return _MISSING
     if not ok:
         problems.append(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {_describe(value)}")
         return _MISSING

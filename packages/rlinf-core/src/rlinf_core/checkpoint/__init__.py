@@ -1,0 +1,23 @@
+"""Atomic checkpoints with resume (``runner.resume_dir``: a path or ``auto``)."""
+
+from ._checkpoint import (
+    CheckpointManager,
+    atomic_write_bytes,
+    capture_rng_state,
+    checkpoint_step,
+    find_latest_checkpoint,
+    is_complete,
+    resolve_resume_dir,
+    restore_rng_state,
+)
+
+__all__ = [
+    "CheckpointManager",
+    "atomic_write_bytes",
+    "capture_rng_state",
+    "checkpoint_step",
+    "find_latest_checkpoint",
+    "is_complete",
+    "resolve_resume_dir",
+    "restore_rng_state",
+]

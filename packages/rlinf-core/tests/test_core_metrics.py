@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rlinf_core.metrics import MetricLogger, plot_run, read_metrics
+from rlinf_core.metrics._plot import main as plot_main
+
+
+def test_jsonl_records_have_step_and_wall_time(tmp_path: Path) -> None:
+    with MetricLogger(tmp_path, backends=("tensorboard",)) as logger:
+        logger.log({"train/loss": 1.5, "eval/return_mean": np.float32(20.0), "skip": "text"}, step=1)
+        logger.log({"train/loss": 0.5}, step=2)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2]
+    assert lines[0]["eval/return_mean"] == 20.0 and "skip" not in lines[0]
+    assert lines[1]["time/wall_s"] >= lines[0]["time/wall_s"] >= 0
+    assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_unknown_backend_is_refused_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"logger_backends: unknown \['tensorbord'\]; allowed: tensorboard, wandb, swanlab"
+    ):
+        MetricLogger(tmp_path / "run", backends=("tensorbord",))
+    assert not (tmp_path / "run").exists() or not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_read_metrics_skips_truncated_line(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 2}\n{"step": 2, "a"')
+    assert read_metrics(tmp_path) == [{"step": 1.0, "a": 2.0}]
+
+
+def test_plot_writes_png_per_key(tmp_path: Path) -> None:
+    with MetricLogger(tmp_path, backends=()) as logger:
+        for step in range(5):
+            logger.log({"eval/return_mean": step * 10.0, "train/loss": 1.0 / (step + 1)}, step=step)
+    paths = plot_run([tmp_path])
+    assert sorted(p.name for p in paths) == ["eval_return_mean.png", "train_loss.png"]
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    assert (
+        plot_main([str(tmp_path), "--x", "time/wall_s", "--keys", "train/loss", "--out", str(tmp_path / "o")])
+        == 0
+    )
+    assert (tmp_path / "o" / "train_loss.png").is_file()
