@@ -1,7 +1,12 @@
-"""rlinf_envs: see the package README."""
+"""rlinf_envs: the vectorised env protocol and simulator backends behind extras.
+
+Backends: ``rlinf_envs.gymnasium`` (``rlinf-envs[gymnasium]``; MuJoCo ids with ``rlinf-envs[mujoco]``).
+"""
 
 from importlib.metadata import version as _version
 
+from ._protocol import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
+
 __version__ = _version("rlinf-envs")
 
-__all__ = ["__version__"]
+__all__ = ["ChunkStepResult", "EnvSpec", "EpisodeStats", "VecEnv", "__version__"]

@@ -1,0 +1,99 @@
+"""The vectorised environment protocol every simulator backend implements.
+
+A vectorised env holds ``num_envs`` independent environments stepped together with ACTION CHUNKS: the
+policy emits ``C`` actions per env and the env executes them in order (``chunk_step``). Environments come in
+groups of ``group_size`` consecutive envs that share their initial state on ``reset`` (GRPO-style groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ChunkStepResult", "EnvSpec", "EpisodeStats", "VecEnv"]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a policy needs to know about an environment.
+
+    Attributes:
+        obs_shape: shape of one observation, e.g. ``(4,)``.
+        action_type: ``"discrete"`` (one integer per step) or ``"continuous"`` (a float vector per step).
+        num_actions: number of discrete actions (discrete only).
+        action_dim: length of the action vector (1 for discrete).
+        action_low: lower bounds, shape ``[action_dim]`` (continuous only).
+        action_high: upper bounds, shape ``[action_dim]`` (continuous only).
+    """
+
+    obs_shape: tuple[int, ...]
+    action_type: Literal["discrete", "continuous"]
+    action_dim: int
+    num_actions: int | None = None
+    action_low: tuple[float, ...] | None = None
+    action_high: tuple[float, ...] | None = None
+
+
+@dataclass
+class EpisodeStats:
+    """Episodes that finished during a chunk step (one entry per finished episode)."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    successes: list[bool] = field(default_factory=list)
+
+    def extend(self, other: EpisodeStats) -> None:
+        """Append ``other``'s episodes."""
+        self.returns += other.returns
+        self.lengths += other.lengths
+        self.successes += other.successes
+
+
+@dataclass(frozen=True)
+class ChunkStepResult:
+    """The outcome of executing one chunk of ``C`` actions in each of ``N`` envs.
+
+    Attributes:
+        obs: ``[N, *obs_shape]`` observation to act on next (after auto-reset for envs that ended).
+        rewards: ``[N, C]`` float32 per-step rewards.
+        terminations: ``[N, C]`` bool, the episode reached a terminal state at that step.
+        truncations: ``[N, C]`` bool, the episode was cut (time limit) at that step.
+        final_obs: ``[N, *obs_shape]`` the last observation before an auto-reset, for envs whose last
+            step in the chunk ended an episode (bootstrap value target); equal to ``obs`` elsewhere.
+        episodes: statistics of the episodes that finished in this chunk.
+    """
+
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    final_obs: np.ndarray
+    episodes: EpisodeStats
+
+    @property
+    def dones(self) -> np.ndarray:
+        """``[N, C]`` bool: terminated or truncated."""
+        return self.terminations | self.truncations
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """A batch of environments stepped with action chunks."""
+
+    num_envs: int
+    group_size: int
+    spec: EnvSpec
+
+    def reset(self, *, seed: int | None = None) -> np.ndarray:
+        """Reset every env; env ``i`` uses seed ``seed + i // group_size``. Returns ``[N, *obs_shape]``."""
+        ...
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Execute ``actions`` ``[N, C]`` (discrete) or ``[N, C, action_dim]`` (continuous)."""
+        ...
+
+    def close(self) -> None:
+        """Release simulator resources."""
+        ...

@@ -1,0 +1,158 @@
+"""Any registered gymnasium id as an RLinf :class:`~rlinf_envs.VecEnv`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+try:
+    import gymnasium as gym
+except ImportError as e:  # pragma: no cover - exercised by the extra-missing test
+    raise ImportError('the gymnasium backend needs: pip install "rlinf-envs[gymnasium]"') from e
+
+from .._protocol import ChunkStepResult, EnvSpec, EpisodeStats
+
+__all__ = ["GymnasiumVecEnv"]
+
+
+def _spec_of(env: Any) -> EnvSpec:
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"observation space {obs_space} is not a Box; only array observations are supported")
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(tuple(obs_space.shape), "discrete", 1, num_actions=int(act_space.n))
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        return EnvSpec(
+            tuple(obs_space.shape),
+            "continuous",
+            int(act_space.shape[0]),
+            action_low=tuple(float(x) for x in act_space.low),
+            action_high=tuple(float(x) for x in act_space.high),
+        )
+    raise ValueError(f"action space {act_space} is not supported (Discrete or 1-D Box)")
+
+
+class GymnasiumVecEnv:
+    """``num_envs`` copies of a gymnasium env, stepped in-process with action chunks and auto-reset.
+
+    Args:
+        env_id: a registered id, e.g. ``"CartPole-v1"``, ``"HalfCheetah-v5"``.
+        num_envs: number of environments (a multiple of ``group_size``).
+        group_size: consecutive envs sharing initial states on ``reset``.
+        auto_reset: reset an env as soon as its episode ends (otherwise it stays finished until ``reset``,
+            returning zero rewards and ``done`` flags).
+        max_episode_steps: time limit override (``None`` keeps the registered one).
+        env_kwargs: extra keyword arguments for ``gymnasium.make``.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        *,
+        group_size: int = 1,
+        auto_reset: bool = True,
+        max_episode_steps: int | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if group_size < 1 or num_envs % group_size:
+            raise ValueError(
+                f"group_size must divide num_envs: got group_size={group_size}, num_envs={num_envs}"
+            )
+        if env_id not in gym.registry:
+            close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())][:5]
+            raise ValueError(
+                f"env id {env_id!r} is not registered with gymnasium; similar: {close or 'none'}"
+            )
+        kwargs = dict(env_kwargs or {})
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.auto_reset = auto_reset
+        self._envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+        self.spec = _spec_of(self._envs[0])
+        self._obs = np.zeros((num_envs, *self.spec.obs_shape), dtype=np.float32)
+        self._ret = np.zeros(num_envs, dtype=np.float64)
+        self._len = np.zeros(num_envs, dtype=np.int64)
+        self._finished = np.zeros(num_envs, dtype=bool)
+        self._was_reset = False
+
+    def reset(self, *, seed: int | None = None) -> np.ndarray:
+        """Reset every env; env ``i`` uses seed ``seed + i // group_size`` (shared within a group)."""
+        for i, env in enumerate(self._envs):
+            s = None if seed is None else seed + i // self.group_size
+            obs, _ = env.reset(seed=s)
+            self._obs[i] = obs
+        self._ret[:] = 0.0
+        self._len[:] = 0
+        self._finished[:] = False
+        self._was_reset = True
+        return self._obs.copy()
+
+    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
+        actions = np.asarray(actions)
+        n = self.num_envs
+        if self.spec.action_type == "discrete":
+            if actions.ndim == 3 and actions.shape[-1] == 1:
+                actions = actions[..., 0]
+            if actions.ndim != 2 or actions.shape[0] != n:
+                raise ValueError(f"actions must be [num_envs={n}, chunk] integers, got shape {actions.shape}")
+        elif actions.ndim != 3 or actions.shape[0] != n or actions.shape[2] != self.spec.action_dim:
+            raise ValueError(
+                f"actions must be [num_envs={n}, chunk, action_dim={self.spec.action_dim}], got shape {actions.shape}"
+            )
+        return actions
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Execute a chunk of actions ``[N, C]`` (discrete) or ``[N, C, action_dim]`` (continuous)."""
+        if not self._was_reset:
+            raise RuntimeError("call reset() before chunk_step()")
+        actions = self._check_actions(actions)
+        n, c = actions.shape[:2]
+        rewards = np.zeros((n, c), dtype=np.float32)
+        terms = np.zeros((n, c), dtype=bool)
+        truncs = np.zeros((n, c), dtype=bool)
+        final_obs = self._obs.copy()
+        stats = EpisodeStats()
+        low = np.asarray(self.spec.action_low) if self.spec.action_low is not None else None
+        high = np.asarray(self.spec.action_high) if self.spec.action_high is not None else None
+        for i, env in enumerate(self._envs):
+            for k in range(c):
+                if self._finished[i]:
+                    terms[i, k:] = True
+                    break
+                a = actions[i, k]
+                a = int(a) if low is None else np.clip(a, low, high)
+                obs, r, term, trunc, info = env.step(a)
+                rewards[i, k] = r
+                terms[i, k], truncs[i, k] = term, trunc
+                self._ret[i] += r
+                self._len[i] += 1
+                self._obs[i] = obs
+                if term or trunc:
+                    stats.returns.append(float(self._ret[i]))
+                    stats.lengths.append(int(self._len[i]))
+                    stats.successes.append(bool(info.get("success", info.get("is_success", False))))
+                    self._ret[i], self._len[i] = 0.0, 0
+                    final_obs[i] = obs
+                    if self.auto_reset:
+                        self._obs[i], _ = env.reset()
+                    else:
+                        self._finished[i] = True
+                        terms[i, k + 1 :] = True
+                        break
+            if not (terms[i, -1] or truncs[i, -1]):
+                final_obs[i] = self._obs[i]
+        return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+
+    def close(self) -> None:
+        """Close every env."""
+        for env in self._envs:
+            env.close()
+        self._envs.clear()

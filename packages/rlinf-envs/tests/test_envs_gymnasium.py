@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from rlinf_envs import VecEnv
+from rlinf_envs.gymnasium import GymnasiumVecEnv
+
+
+def test_discrete_chunk_step_shapes_and_protocol() -> None:
+    env = GymnasiumVecEnv("CartPole-v1", 4, group_size=2)
+    assert isinstance(env, VecEnv)
+    assert env.spec.action_type == "discrete" and env.spec.num_actions == 2 and env.spec.obs_shape == (4,)
+    obs = env.reset(seed=3)
+    assert obs.shape == (4, 4) and obs.dtype == np.float32
+    np.testing.assert_array_equal(obs[0], obs[1])  # same group, same initial state
+    assert not np.array_equal(obs[0], obs[2])
+    res = env.chunk_step(np.zeros((4, 5), dtype=np.int64))
+    assert res.rewards.shape == (4, 5) and res.terminations.shape == (4, 5) and res.obs.shape == (4, 4)
+    assert res.rewards.dtype == np.float32 and res.dones.dtype == bool
+    env.close()
+
+
+def test_auto_reset_reports_episodes_and_final_obs() -> None:
+    env = GymnasiumVecEnv("CartPole-v1", 2, max_episode_steps=7)
+    env.reset(seed=0)
+    # Alternate actions keep the pole up: episodes end by the 7-step time limit.
+    res = env.chunk_step(np.tile([[0, 1]], (2, 4))[:, :7])
+    assert res.truncations[:, 6].all() and not res.dones[:, :6].any()
+    assert res.episodes.lengths == [7, 7] and res.episodes.returns == [7.0, 7.0]
+    assert not np.allclose(res.final_obs, res.obs)  # obs is the reset state, final_obs the pre-reset one
+    res2 = env.chunk_step(np.tile([[0, 1]], (2, 2)))
+    assert res2.episodes.lengths == [] and not res2.dones.any()
+    np.testing.assert_array_equal(res2.final_obs, res2.obs)  # nothing ended at the chunk's last step
+    # An episode ending mid-chunk: the chunk continues in the new episode, final_obs is the current obs.
+    res3 = env.chunk_step(np.tile([[0, 1]], (2, 2)))
+    assert res3.truncations[:, 2].all() and not res3.dones[:, 3].any()
+    np.testing.assert_array_equal(res3.final_obs, res3.obs)
+
+
+def test_without_auto_reset_finished_envs_stay_done() -> None:
+    env = GymnasiumVecEnv("CartPole-v1", 1, auto_reset=False, max_episode_steps=3)
+    env.reset(seed=0)
+    res = env.chunk_step(np.tile([[0, 1]], (1, 3)))
+    assert res.truncations[0, 2] and res.rewards[0, 2] == 1.0
+    res = env.chunk_step(np.zeros((1, 2), dtype=np.int64))
+    assert res.dones.all() and (res.rewards == 0).all()
+
+
+def test_continuous_mujoco_actions_are_clipped_and_checked() -> None:
+    env = GymnasiumVecEnv("HalfCheetah-v5", 2)
+    assert env.spec.action_type == "continuous" and env.spec.action_dim == 6
+    env.reset(seed=1)
+    res = env.chunk_step(np.full((2, 3, 6), 10.0))
+    assert np.isfinite(res.rewards).all()
+    with pytest.raises(
+        ValueError, match=r"actions must be \[num_envs=2, chunk, action_dim=6\], got shape \(2, 3\)"
+    ):
+        env.chunk_step(np.zeros((2, 3)))
+    env.close()
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="group_size must divide num_envs"):
+        GymnasiumVecEnv("CartPole-v1", 3, group_size=2)
+    with pytest.raises(ValueError, match="'CartPol-v1' is not registered"):
+        GymnasiumVecEnv("CartPol-v1", 1)
+    env = GymnasiumVecEnv("CartPole-v1", 1)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.chunk_step(np.zeros((1, 1), dtype=np.int64))
+
+
+def test_missing_extra_names_it() -> None:
+    code = "import sys; sys.modules['gymnasium'] = None\ntry:\n import rlinf_envs.gymnasium\nexcept ImportError as e: print(e)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert 'pip install "rlinf-envs[gymnasium]"' in out.stdout, out.stderr
