@@ -5,7 +5,7 @@ Backends: ``rlinf_envs.gymnasium`` (``rlinf-envs[gymnasium]``; MuJoCo ids with `
 
 from importlib.metadata import version as _version
 
-from ._protocol import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
+from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 __version__ = _version("rlinf-envs")
 

@@ -12,7 +12,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by the extra-missing test
     raise ImportError('the gymnasium backend needs: pip install "rlinf-envs[gymnasium]"') from e
 
-from .._protocol import ChunkStepResult, EnvSpec, EpisodeStats
+from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
 
 __all__ = ["GymnasiumVecEnv"]
 
