@@ -20,6 +20,7 @@ __all__ = [
     "ClusterConfig",
     "NodeEnvConfig",
     "NodeGroupConfig",
+    "normalize_node_group_labels",
     "parse_rank_list",
 ]
 
@@ -497,6 +498,30 @@ class ClusterConfig:
         return cls(**_checked_keys(mapping, cls, where="cluster config"))
 
 
+def normalize_node_group_labels(node_group: Any) -> tuple[str, ...]:
+    """Turn ``None`` / ``"a"`` / ``"a,b"`` / ``["a", "b"]`` / ``4090`` into a tuple of labels.
+
+    ``None`` means the reserved ``cluster`` group (every node).
+
+    Raises:
+        ValueError: On an empty or repeated label.
+    """
+    if node_group is None:
+        return ("cluster",)
+    if isinstance(node_group, str):
+        labels = tuple(lab.strip() for lab in node_group.split(","))
+    elif isinstance(node_group, Iterable) and not isinstance(node_group, Mapping):
+        labels = tuple(str(lab).strip() for lab in node_group)
+    else:
+        # YAML reads `node_group: 4090` as an int; RLinf labels are strings.
+        labels = (str(node_group).strip(),)
+    if not labels or any(not lab for lab in labels):
+        raise ValueError(f"node_group: expected one or more non-empty labels, got {node_group!r}")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"node_group: label listed twice in {node_group!r}")
+    return labels
+
+
 def _check_placement_value(components: str, value: Any, labels: list[str]) -> None:
     """Check the shape of one ``component_placement`` entry (the grammar is checked at resolution)."""
     names = [c.strip() for c in components.split(",")]
@@ -509,14 +534,16 @@ def _check_placement_value(components: str, value: Any, labels: list[str]) -> No
                 f"component_placement[{components!r}]: a mapping value needs 'placement' (and optionally 'node_group'), "
                 f"got keys {sorted(value)}"
             )
-        label = value.get("node_group", "cluster")
-        if not isinstance(label, str):
-            label = str(label)
-        if label not in RESERVED_NODE_GROUP_LABELS and label not in labels:
-            raise ValueError(
-                f"component_placement[{components!r}]: unknown node_group {label!r}; "
-                f"known: {list(RESERVED_NODE_GROUP_LABELS) + labels}"
-            )
+        try:
+            wanted = normalize_node_group_labels(value.get("node_group"))
+        except ValueError as e:
+            raise ValueError(f"component_placement[{components!r}]: {e}") from None
+        for label in wanted:
+            if label not in RESERVED_NODE_GROUP_LABELS and label not in labels:
+                raise ValueError(
+                    f"component_placement[{components!r}]: unknown node_group {label!r}; "
+                    f"known: {list(RESERVED_NODE_GROUP_LABELS) + labels}"
+                )
         value = value["placement"]
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(

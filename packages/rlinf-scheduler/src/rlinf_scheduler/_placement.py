@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ._config import RESERVED_NODE_GROUP_LABELS, NodeGroupConfig
+from ._config import RESERVED_NODE_GROUP_LABELS, NodeGroupConfig, normalize_node_group_labels
 
 __all__ = [
     "ClusterView",
@@ -208,21 +208,6 @@ def _find_group(view: ClusterView, label: str) -> NodeGroupConfig | None:
             return group
     known = list(RESERVED_NODE_GROUP_LABELS) + [g.label for g in groups]
     raise ValueError(f"unknown node_group {label!r}; known: {known}")
-
-
-def normalize_node_group_labels(node_group: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Turn ``None`` / ``"a"`` / ``"a,b"`` / ``["a", "b"]`` into a tuple of labels (``("cluster",)`` for None)."""
-    if node_group is None:
-        return ("cluster",)
-    if isinstance(node_group, str):
-        labels = tuple(lab.strip() for lab in node_group.split(","))
-    else:
-        labels = tuple(str(lab).strip() for lab in node_group)
-    if not labels or any(not lab for lab in labels):
-        raise ValueError(f"node_group: expected one or more non-empty labels, got {node_group!r}")
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"node_group: label listed twice in {node_group!r}")
-    return labels
 
 
 def resource_space(view: ClusterView, labels: Sequence[str]) -> _ResourceSpace:
