@@ -2,6 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from ._cluster import Cluster, NodeInfo
 from ._component_placement import (
     ComponentPlacement,
     HybridComponentPlacement,
@@ -10,6 +11,8 @@ from ._component_placement import (
     resolve_placement,
 )
 from ._config import ClusterConfig, NodeEnvConfig, NodeGroupConfig
+from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
+from ._group import GroupCall, GroupLauncher, WorkerGroup
 from ._placement import (
     ClusterView,
     FlexiblePlacementStrategy,
@@ -19,24 +22,36 @@ from ._placement import (
     PlacementStrategy,
     StaticClusterView,
 )
+from ._worker import Worker, WorkerContext, timed
 
 __version__ = _version("rlinf-scheduler")
 
 __all__ = [
+    "Cluster",
     "ClusterConfig",
     "ClusterView",
     "ComponentPlacement",
     "FlexiblePlacementStrategy",
+    "GroupCall",
+    "GroupLauncher",
     "HybridComponentPlacement",
     "ModelParallelComponentPlacement",
     "NodeEnvConfig",
     "NodeGroupConfig",
+    "NodeInfo",
     "NodePlacementStrategy",
     "PackedPlacementStrategy",
     "Placement",
     "PlacementMode",
     "PlacementStrategy",
+    "SchedulerTimeoutError",
     "StaticClusterView",
+    "Worker",
+    "WorkerContext",
+    "WorkerFailedError",
+    "WorkerFailure",
+    "WorkerGroup",
     "__version__",
     "resolve_placement",
+    "timed",
 ]

@@ -1,0 +1,470 @@
+"""The runtime cluster: attach to (or start) Ray, wait for the nodes, probe and rank them.
+
+A :class:`Cluster` is built once in the driver and passed to every ``launch``; nothing reaches it through a
+singleton. It implements the placement package's :class:`~rlinf_scheduler.ClusterView`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ._config import RESERVED_NODE_GROUP_LABELS, ClusterConfig, NodeGroupConfig
+from ._errors import SchedulerTimeoutError, WorkerFailure
+from ._monitor import FailureMonitor
+
+if TYPE_CHECKING:
+    from ._group import WorkerGroup
+
+__all__ = ["COMM_NET_DEVICES_ENV", "NODE_RANK_ENV", "Cluster", "NodeInfo"]
+
+NODE_RANK_ENV = "RLINF_NODE_RANK"
+"""Set on a node before ``ray start`` to fix its rank (every node or none)."""
+
+COMM_NET_DEVICES_ENV = "RLINF_COMM_NET_DEVICES"
+"""Set on a node before ``ray start``: network interface(s) its workers use for gloo/NCCL traffic."""
+
+_HEAD_RESOURCE = "node:__internal_head__"
+_ACCELERATOR_TYPE_PREFIX = "accelerator_type:"
+_logger = logging.getLogger("rlinf_scheduler.cluster")
+
+
+@attrs.frozen(kw_only=True)
+class NodeInfo:
+    """What the cluster found out about one node (probed once, when the cluster starts).
+
+    Attributes:
+        rank: Node rank, ``0..num_nodes-1``.
+        node_id: Ray node id (hex).
+        ip: Node IP address.
+        num_cpus: CPUs Ray schedules on the node.
+        accelerator_type: ``"cuda"`` for NVIDIA GPUs, ``"cpu"`` for simulated slots, ``""`` if none.
+        accelerator_model: e.g. ``"A100"``; ``"simulated"`` for simulated slots, ``""`` if none/unknown.
+        num_accelerators: Accelerators (or simulated slots) on the node.
+        python_interpreter: Default Python interpreter of Ray workers on the node.
+        is_head: Whether this is the Ray head node.
+        env_vars: Variables every worker on the node gets (e.g. ``GLOO_SOCKET_IFNAME`` from
+            ``RLINF_COMM_NET_DEVICES``).
+    """
+
+    rank: int
+    node_id: str
+    ip: str
+    num_cpus: int
+    accelerator_type: str
+    accelerator_model: str
+    num_accelerators: int
+    python_interpreter: str
+    is_head: bool
+    env_vars: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def _probe_node() -> dict[str, Any]:
+    """Runs on a node: report what only the node itself knows."""
+    return {
+        "ip": ray.util.get_node_ip_address(),
+        "python": sys.executable,
+        "python_version": ".".join(str(v) for v in sys.version_info[:3]),
+        "node_rank": os.environ.get(NODE_RANK_ENV),
+        "net_devices": os.environ.get(COMM_NET_DEVICES_ENV),
+        "cpu_count": os.cpu_count() or 0,
+    }
+
+
+def _reserve_free_port() -> int:
+    """Runs on a node: a TCP port that was free on it a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+_probe_node_remote = ray.remote(num_cpus=0, max_retries=0)(_probe_node)
+_reserve_port_remote = ray.remote(num_cpus=0, max_retries=0)(_reserve_free_port)
+
+
+class Cluster:
+    """A Ray cluster of ``num_nodes`` ranked nodes that worker groups are launched on.
+
+    On construction it attaches to Ray (an already initialised connection in this process, the address in the
+    config, ``RAY_ADDRESS``, or a running local cluster), or starts a local Ray instance when none runs. It
+    then waits until ``num_nodes`` nodes are alive, probes each node once and ranks them: by
+    ``RLINF_NODE_RANK`` if every node set it before ``ray start``, else head node first, then by IP.
+
+    Worker actors of the run live in their own Ray namespace (:attr:`namespace`). Use the cluster as a context
+    manager, or call :meth:`shutdown`, to tear every worker down (and stop Ray if this cluster started it).
+
+    Example:
+        >>> cluster = Cluster(num_nodes=1, simulated_accelerators_per_node=4)  # doctest: +SKIP
+        >>> cluster.num_nodes, cluster.num_accelerators, cluster.accelerator_type  # doctest: +SKIP
+        (1, 4, 'cpu')
+
+    Args:
+        config: Cluster settings; ``None`` uses the defaults (one node, no simulated accelerators).
+        num_nodes: Overrides ``config.num_nodes``.
+        simulated_accelerators_per_node: Overrides ``config.simulated_accelerators_per_node``.
+        ray_address: Overrides ``config.ray_address`` (``"local"`` always starts a new local instance).
+        namespace: Overrides ``config.namespace``.
+        node_wait_timeout_s: Overrides ``config.node_wait_timeout_s``.
+        num_cpus: CPUs of a local Ray instance this cluster starts (default: Ray's choice).
+        interrupt_main_on_failure: When a worker fails and no ``wait()`` in this process has raised the
+            failure within ``failure_grace_s``, interrupt the main thread (``KeyboardInterrupt``) so the
+            driver cannot hang on something else.
+        failure_grace_s: See ``interrupt_main_on_failure``.
+
+    Raises:
+        SchedulerTimeoutError: If fewer than ``num_nodes`` nodes are alive after ``node_wait_timeout_s``.
+        ValueError: If node ranks set through ``RLINF_NODE_RANK`` are incomplete, duplicated or out of range.
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig | None = None,
+        *,
+        num_nodes: int | None = None,
+        simulated_accelerators_per_node: int | None = None,
+        ray_address: str | None = None,
+        namespace: str | None = None,
+        node_wait_timeout_s: float | None = None,
+        num_cpus: int | None = None,
+        interrupt_main_on_failure: bool = True,
+        failure_grace_s: float = 3.0,
+    ) -> None:
+        if config is not None and not isinstance(config, ClusterConfig):
+            raise TypeError(f"config: expected a ClusterConfig or None, got {type(config).__name__}")
+        overrides = {
+            key: value
+            for key, value in {
+                "num_nodes": num_nodes,
+                "simulated_accelerators_per_node": simulated_accelerators_per_node,
+                "ray_address": ray_address,
+                "namespace": namespace,
+                "node_wait_timeout_s": node_wait_timeout_s,
+            }.items()
+            if value is not None
+        }
+        base = config if config is not None else ClusterConfig()
+        self._config: ClusterConfig = attrs.evolve(base, **overrides) if overrides else base
+        self._namespace = self._config.namespace or f"rlinf-{uuid.uuid4().hex[:12]}"
+        self._lock = threading.RLock()
+        self._groups: dict[str, WorkerGroup] = {}
+        self._issued_ports: set[tuple[str, int]] = set()
+        self._closed = False
+        self._monitor: FailureMonitor | None = None
+        self._owns_ray = self._connect(num_cpus)
+        try:
+            self._nodes = self._discover_nodes()
+        except BaseException:
+            self._disconnect()
+            raise
+        self._monitor = FailureMonitor(
+            self, interrupt_main=interrupt_main_on_failure, grace_s=failure_grace_s
+        )
+
+    # ----------------------------------------------------------------------------------------- Ray plumbing
+    def _connect(self, num_cpus: int | None) -> bool:
+        """Attach to Ray or start it; returns whether this cluster started (and so owns) the connection."""
+        if ray.is_initialized():
+            return False
+        address = self._config.ray_address
+        common: dict[str, Any] = {"namespace": self._namespace, "log_to_driver": True}
+        if address is not None:
+            if address == "local":
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+            else:
+                ray.init(address=address, **common)
+            return True
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(**common)
+            return True
+        try:
+            ray.init(address="auto", **common)
+        except ConnectionError:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+        return True
+
+    def _disconnect(self) -> None:
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+
+    def _discover_nodes(self) -> tuple[NodeInfo, ...]:
+        wanted = self._config.num_nodes
+        timeout = self._config.node_wait_timeout_s
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [n for n in ray.nodes() if n.get("Alive")]
+            if len(alive) >= wanted:
+                break
+            if time.monotonic() > deadline:
+                raise SchedulerTimeoutError(
+                    f"Cluster: waited {timeout:g} s (node_wait_timeout_s) for {wanted} Ray node(s) "
+                    f"(num_nodes={wanted}) but found {len(alive)} alive"
+                    + (f": {sorted(n['NodeManagerAddress'] for n in alive)}" if alive else "")
+                    + ". Start the missing nodes with `ray start --address=<head>` or lower num_nodes."
+                )
+            time.sleep(0.2)
+        refs = [
+            _probe_node_remote.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
+            ).remote()
+            for n in alive
+        ]
+        remaining = max(deadline - time.monotonic(), 30.0)
+        try:
+            probes = ray.get(refs, timeout=remaining)
+        except ray.exceptions.GetTimeoutError as err:
+            raise SchedulerTimeoutError(
+                f"Cluster: probing {len(alive)} node(s) did not finish within {remaining:.0f} s"
+            ) from err
+        order = _order_nodes(alive, probes)
+        if len(order) > wanted:
+            _logger.warning(
+                "Cluster: %d nodes are alive but num_nodes=%d; using the first %d in rank order",
+                len(order),
+                wanted,
+                wanted,
+            )
+        return tuple(self._node_info(rank, alive[i], probes[i]) for rank, i in enumerate(order[:wanted]))
+
+    def _node_info(self, rank: int, node: Mapping[str, Any], probe: Mapping[str, Any]) -> NodeInfo:
+        resources: Mapping[str, float] = node.get("Resources", {})
+        k = self._config.simulated_accelerators_per_node
+        if k > 0:
+            acc_type, acc_model, acc_count = "cpu", "simulated", k
+        elif resources.get("GPU", 0) > 0:
+            models = [
+                key[len(_ACCELERATOR_TYPE_PREFIX) :]
+                for key in resources
+                if key.startswith(_ACCELERATOR_TYPE_PREFIX)
+            ]
+            acc_type, acc_model, acc_count = "cuda", (models[0] if models else ""), int(resources["GPU"])
+        else:
+            acc_type, acc_model, acc_count = "", "", 0
+        env: dict[str, str] = {}
+        if probe.get("net_devices"):
+            env["GLOO_SOCKET_IFNAME"] = probe["net_devices"]
+            env["NCCL_SOCKET_IFNAME"] = probe["net_devices"]
+        return NodeInfo(
+            rank=rank,
+            node_id=node["NodeID"],
+            ip=probe["ip"],
+            num_cpus=int(resources.get("CPU", 0)),
+            accelerator_type=acc_type,
+            accelerator_model=acc_model,
+            num_accelerators=acc_count,
+            python_interpreter=probe["python"],
+            is_head=_HEAD_RESOURCE in resources,
+            env_vars=env,
+        )
+
+    # ------------------------------------------------------------------------------------ ClusterView API
+    @property
+    def config(self) -> ClusterConfig:
+        """The effective configuration (with constructor overrides applied)."""
+        return self._config
+
+    @property
+    def namespace(self) -> str:
+        """Ray namespace of this run's named actors."""
+        return self._namespace
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the run."""
+        return len(self._nodes)
+
+    @property
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """Probed node information, in node-rank order."""
+        return self._nodes
+
+    def node(self, rank: int) -> NodeInfo:
+        """Node information of node ``rank``.
+
+        Raises:
+            IndexError: If ``rank`` is not in ``0..num_nodes-1``.
+        """
+        if not 0 <= rank < len(self._nodes):
+            raise IndexError(
+                f"node rank {rank} out of range: the cluster has nodes 0..{len(self._nodes) - 1}"
+            )
+        return self._nodes[rank]
+
+    @property
+    def num_accelerators(self) -> int:
+        """Accelerators (or simulated slots) over all nodes."""
+        return sum(n.num_accelerators for n in self._nodes)
+
+    @property
+    def accelerator_type(self) -> str:
+        """``"cuda"``, ``"cpu"`` (simulated) or ``""`` (none); the type of the first node that has any."""
+        return next((n.accelerator_type for n in self._nodes if n.num_accelerators > 0), "")
+
+    def accelerators_per_node(self, node_rank: int) -> int:
+        """Accelerators (or simulated slots) on node ``node_rank``."""
+        return self.node(node_rank).num_accelerators
+
+    @property
+    def node_groups(self) -> Sequence[NodeGroupConfig]:
+        """The configured node groups."""
+        return self._config.node_groups
+
+    # ------------------------------------------------------------------------------------- worker support
+    def worker_env(self, node_group: str, node_rank: int) -> tuple[dict[str, str], str | None]:
+        """Environment variables and Python interpreter of a worker placed on ``node_rank`` via ``node_group``.
+
+        A worker placed through a configured node group gets that group's variables and interpreter on the
+        node; one placed through the reserved ``cluster``/``node`` labels gets those of every configured group
+        that contains the node. Node-level variables (:attr:`NodeInfo.env_vars`) are not included.
+
+        Raises:
+            ValueError: If two node groups set conflicting values on that node.
+        """
+        self.node(node_rank)
+        if node_group in RESERVED_NODE_GROUP_LABELS:
+            return self._config.env_vars_on(node_rank), self._config.python_interpreter_on(node_rank)
+        group = self._config.node_group(node_group)
+        return group.env_vars_on(node_rank), group.python_interpreter_on(node_rank)
+
+    def reserve_port(self, node_rank: int) -> int | ray.ObjectRef:
+        """A free TCP port on node ``node_rank``, never handed out twice by this cluster.
+
+        Returns the port itself when the node is the driver's, else an ``ObjectRef`` to it (so launching stays
+        non-blocking; Ray resolves it when passed to an actor).
+        """
+        node = self.node(node_rank)
+        if node.ip == ray.util.get_node_ip_address():
+            with self._lock:
+                for _ in range(64):
+                    port = _reserve_free_port()
+                    if (node.ip, port) not in self._issued_ports:
+                        self._issued_ports.add((node.ip, port))
+                        return port
+            raise RuntimeError(f"Cluster: could not find a fresh free port on node {node_rank} ({node.ip})")
+        return _reserve_port_remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
+        ).remote()
+
+    def _register_group(self, group: WorkerGroup) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("Cluster: cannot launch a worker group on a cluster that was shut down")
+            if group.name in self._groups:
+                raise ValueError(
+                    f"name: a worker group called {group.name!r} already runs on this cluster; "
+                    f"running groups: {sorted(self._groups)}"
+                )
+            self._groups[group.name] = group
+
+    def _monitor_actor(self, group: WorkerGroup, rank: int, handle: Any) -> None:
+        assert self._monitor is not None
+        self._monitor.watch(group, rank, handle)
+
+    def _report_failure(self, failure: WorkerFailure) -> None:
+        assert self._monitor is not None
+        self._monitor.report(failure)
+
+    def _failure_delivered(self) -> None:
+        assert self._monitor is not None
+        self._monitor.delivered()
+
+    def _unregister_group(self, group: WorkerGroup) -> None:
+        with self._lock:
+            self._groups.pop(group.name, None)
+        if self._monitor is not None:
+            self._monitor.unwatch(group)
+
+    @property
+    def groups(self) -> Mapping[str, WorkerGroup]:
+        """Running worker groups by name."""
+        with self._lock:
+            return dict(self._groups)
+
+    @property
+    def failure(self) -> WorkerFailure | None:
+        """The first worker failure of the run, or ``None``."""
+        return None if self._monitor is None else self._monitor.failure
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def shutdown(self) -> None:
+        """Kill every worker group of the run, stop failure monitoring, and stop Ray if this cluster started it.
+
+        Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            groups = list(self._groups.values())
+        if self._monitor is not None:
+            self._monitor.stop()
+        for group in groups:
+            group.shutdown()
+        self._disconnect()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return (
+            f"Cluster(num_nodes={self.num_nodes}, num_accelerators={self.num_accelerators}, "
+            f"accelerator_type={self.accelerator_type!r}, namespace={self._namespace!r})"
+        )
+
+
+def _order_nodes(alive: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of ``alive`` in node-rank order (see :class:`Cluster`)."""
+    raw = [p.get("node_rank") for p in probes]
+    set_count = sum(r is not None for r in raw)
+    if set_count == 0:
+        return sorted(
+            range(len(alive)),
+            key=lambda i: (
+                _HEAD_RESOURCE not in alive[i].get("Resources", {}),
+                _ip_key(probes[i]["ip"]),
+                alive[i].get("NodeManagerPort", 0),
+            ),
+        )
+    described = [f"{probes[i]['ip']}: {raw[i]!r}" for i in range(len(alive))]
+    if set_count != len(alive):
+        raise ValueError(
+            f"{NODE_RANK_ENV} is set on {set_count} of {len(alive)} nodes; set it on every node before "
+            f"`ray start`, or on none (then the head node is rank 0 and the others follow by IP). Nodes: {described}"
+        )
+    ranks: list[int] = []
+    for value in raw:
+        try:
+            ranks.append(int(str(value).strip()))
+        except ValueError:
+            raise ValueError(
+                f"{NODE_RANK_ENV} must be an integer, got {value!r}. Nodes: {described}"
+            ) from None
+    if sorted(ranks) != list(range(len(alive))):
+        raise ValueError(
+            f"{NODE_RANK_ENV} values must be unique and cover 0..{len(alive) - 1} "
+            f"({len(alive)} alive nodes), got {sorted(ranks)}. Nodes: {described}"
+        )
+    return sorted(range(len(alive)), key=lambda i: ranks[i])
+
+
+def _ip_key(ip: str) -> tuple[int, int]:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return (99, 0)
+    return (addr.version, int(addr))

@@ -1,0 +1,473 @@
+"""Worker groups: launching one actor per placement rank, and calling methods on all (or some) ranks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
+from ._worker import Worker, WorkerContext
+
+if TYPE_CHECKING:
+    from ._cluster import Cluster
+    from ._placement import Placement, PlacementStrategy
+
+__all__ = ["GroupCall", "GroupLauncher", "WorkerGroup"]
+
+DEFAULT_MAX_CONCURRENCY = 32
+"""Threads per worker actor: calls that may run at once (e.g. incoming communication while a method blocks)."""
+
+# Names of Worker members that make no sense as remote group calls.
+_NOT_GROUP_METHODS = frozenset({"create_group", "timer"})
+
+
+class GroupLauncher:
+    """A worker class with its constructor arguments, ready to launch (returned by ``Worker.create_group``)."""
+
+    def __init__(self, worker_cls: type[Worker], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
+            raise TypeError(f"create_group: {worker_cls!r} is not a subclass of rlinf_scheduler.Worker")
+        self.worker_cls = worker_cls
+        self.args = args
+        self.kwargs = kwargs
+
+    def launch(
+        self,
+        cluster: Cluster,
+        placement_strategy: PlacementStrategy | None = None,
+        name: str | None = None,
+        *,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    ) -> WorkerGroup:
+        """Start one worker actor per placement rank and return the group at once (actors start meanwhile).
+
+        Args:
+            cluster: The cluster to run on.
+            placement_strategy: Where each rank runs; ``None``: one worker on node 0 seeing all its accelerators.
+            name: Group name, unique in the cluster (default: the class name). Worker ``r`` is the named Ray
+                actor ``f"{name}:{r}"`` in the cluster's namespace.
+            max_concurrency: Threads per worker actor (at least 32, so that communication calls never starve).
+
+        Raises:
+            ValueError: If the name is taken or invalid, or the placement does not fit the cluster.
+        """
+        from ._placement import NodePlacementStrategy  # placement is a sibling module with no Ray import
+
+        group_name = self.worker_cls.__name__ if name is None else name
+        if not isinstance(group_name, str) or not group_name or ":" in group_name:
+            raise ValueError(f"name: expected a non-empty string without ':', got {group_name!r}")
+        if max_concurrency < DEFAULT_MAX_CONCURRENCY:
+            raise ValueError(f"max_concurrency: expected >= {DEFAULT_MAX_CONCURRENCY}, got {max_concurrency}")
+        strategy = NodePlacementStrategy([0]) if placement_strategy is None else placement_strategy
+        placements = list(strategy.get_placement(cluster))
+        if not placements:
+            raise ValueError(f"placement_strategy: {strategy!r} gave no placements on {cluster!r}")
+        group = WorkerGroup(cluster, self.worker_cls, group_name, placements)
+        cluster._register_group(group)
+        try:
+            group._start(self.args, self.kwargs, max_concurrency)
+        except BaseException:
+            group.shutdown()
+            raise
+        return group
+
+
+@functools.cache
+def _actor_class(worker_cls: type[Worker]) -> Any:
+    """The Ray actor class for ``worker_cls``: a subclass whose ``__init__`` installs the context first.
+
+    ``async def`` methods are wrapped into sync ones (each runs its own event loop), because one coroutine
+    method would turn the whole actor into a single-threaded asyncio actor.
+    """
+
+    def __init__(
+        self: Worker, _rlinf_ctx: WorkerContext, _rlinf_port: int, *args: Any, **kwargs: Any
+    ) -> None:
+        self._rlinf_setup(_rlinf_ctx, _rlinf_port)
+        try:
+            worker_cls.__init__(self, *args, **kwargs)
+        except BaseException as exc:
+            self._rlinf_record_failure("__init__", exc)
+            raise
+
+    members: dict[str, Any] = {"__init__": __init__}
+    for attr_name in dir(worker_cls):
+        attr = inspect.getattr_static(worker_cls, attr_name, None)
+        if inspect.iscoroutinefunction(attr):
+            members[attr_name] = _sync_wrapper(attr)
+    members["__module__"] = __name__
+    members["__qualname__"] = f"_actor_class.<locals>.{worker_cls.__name__}"
+    return ray.remote(type(worker_cls.__name__, (worker_cls,), members))
+
+
+def _sync_wrapper(coro_fn: Any) -> Any:
+    @functools.wraps(coro_fn)
+    def run(self: Worker, *args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(coro_fn(self, *args, **kwargs))
+
+    # functools.wraps copies the coroutine marker on 3.12+; make sure Ray sees a plain function.
+    run.__dict__.pop("_is_coroutine_marker", None)
+    return run
+
+
+class WorkerGroup:
+    """A launched group of workers: one Ray actor per rank.
+
+    Calling a public method of the worker class on the group (``group.step(x)``) runs it on every rank and
+    returns a :class:`GroupCall` at once; ``.wait(timeout=...)`` gives the per-rank results in rank order, and
+    ``await call`` does the same in asyncio code. ``group.execute_on(0, 2).step(x)`` runs on some ranks only.
+    Names defined by the group itself (``name``, ``world_size``, ``shutdown``, ...) take precedence over
+    worker methods of the same name; reach those with :meth:`call`.
+    """
+
+    def __init__(
+        self, cluster: Cluster, worker_cls: type[Worker], name: str, placements: Sequence[Placement]
+    ) -> None:
+        self._cluster = cluster
+        self._worker_cls = worker_cls
+        self._name = name
+        self._placements = tuple(placements)
+        self._handles: list[Any] = []
+        self._lock = threading.Lock()
+        self._shut_down = False
+        ranks = [p.rank for p in self._placements]
+        if ranks != list(range(len(ranks))):
+            raise ValueError(f"placement_strategy: expected ranks 0..{len(ranks) - 1} in order, got {ranks}")
+
+    # -------------------------------------------------------------------------------------------- launch
+    def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any], max_concurrency: int) -> None:
+        cluster = self._cluster
+        actor_cls = _actor_class(self._worker_cls)
+        rank0 = self._placements[0]
+        master_addr = cluster.node(rank0.node_rank).ip
+        master_port = cluster.reserve_port(rank0.node_rank)
+        world_size = len(self._placements)
+        for placement in self._placements:
+            node = cluster.node(placement.node_rank)
+            group_env, interpreter = cluster.worker_env(placement.node_group, placement.node_rank)
+            env: dict[str, str] = {
+                **node.env_vars,
+                **group_env,
+                "RANK": str(placement.rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": str(placement.local_rank),
+                "LOCAL_WORLD_SIZE": str(placement.local_world_size),
+                "MASTER_ADDR": master_addr,
+                "RLINF_ACCELERATOR_TYPE": placement.accelerator_type,
+                "RLINF_VISIBLE_ACCELERATORS": placement.visible_accelerators,
+            }
+            # Variables that must exist when the process starts go through Ray's runtime env (which costs a
+            # fresh process); everything else is set in-process before the user's __init__.
+            start_env = dict(group_env)
+            if node.accelerator_type == "cuda":
+                env["CUDA_VISIBLE_DEVICES"] = placement.visible_accelerators
+                start_env["CUDA_VISIBLE_DEVICES"] = placement.visible_accelerators
+                # GPUs are bound by env var, not Ray GPU resources: stop Ray from overwriting the variable.
+                start_env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+            runtime_env: dict[str, Any] = {}
+            if start_env:
+                runtime_env["env_vars"] = start_env
+            if interpreter is not None:
+                runtime_env["py_executable"] = interpreter
+            ctx = WorkerContext(
+                group_name=self._name,
+                rank=placement.rank,
+                world_size=world_size,
+                namespace=cluster.namespace,
+                placement=placement,
+                node_ip=node.ip,
+                master_addr=master_addr,
+                env_vars=env,
+            )
+            options: dict[str, Any] = {
+                "name": f"{self._name}:{placement.rank}",
+                "namespace": cluster.namespace,
+                "max_concurrency": max_concurrency,
+                "num_cpus": 0,
+                "max_restarts": 0,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+            }
+            if runtime_env:
+                options["runtime_env"] = runtime_env
+            handle = actor_cls.options(**options).remote(ctx, master_port, *args, **kwargs)
+            with self._lock:
+                self._handles.append(handle)
+            cluster._monitor_actor(self, placement.rank, handle)
+
+    # ------------------------------------------------------------------------------------------- members
+    @property
+    def name(self) -> str:
+        """Group name."""
+        return self._name
+
+    @property
+    def world_size(self) -> int:
+        """Number of workers."""
+        return len(self._placements)
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        """Placement of each rank."""
+        return self._placements
+
+    @property
+    def worker_class(self) -> type[Worker]:
+        """The user's worker class."""
+        return self._worker_cls
+
+    @property
+    def actor_handles(self) -> tuple[Any, ...]:
+        """Ray actor handles by rank (for advanced use; prefer group calls)."""
+        with self._lock:
+            return tuple(self._handles)
+
+    def execute_on(self, *ranks: int) -> _RankSubset:
+        """Restrict the next method call to ``ranks`` (results come back in the order given)."""
+        if not ranks:
+            raise ValueError("execute_on: give at least one rank")
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size:
+                raise ValueError(
+                    f"execute_on: rank {r!r} is not in 0..{self.world_size - 1} of group {self._name!r}"
+                )
+        return _RankSubset(self, tuple(ranks))
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall:
+        """Call worker method ``method`` on every rank (for methods shadowed by a group member)."""
+        return self._call(method, tuple(range(self.world_size)), args, kwargs)
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every worker's constructor finished.
+
+        Raises:
+            WorkerFailedError: If a worker failed (e.g. its ``__init__`` raised).
+            SchedulerTimeoutError: After ``timeout`` seconds.
+        """
+        refs = [h.__ray_ready__.remote() for h in self._live_handles()]
+        GroupCall(self, "__init__", tuple(range(self.world_size)), refs).wait(timeout=timeout)
+
+    def shutdown(self) -> None:
+        """Kill the group's actors (idempotent); later calls on the group raise ``RuntimeError``."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+            handles = list(self._handles)
+        self._cluster._unregister_group(self)
+        for handle in handles:
+            _kill(handle)
+
+    def _kill_for_failure(self) -> None:
+        """Kill the actors after a failure elsewhere, keeping the group registered (calls then raise)."""
+        with self._lock:
+            handles = list(self._handles)
+        for handle in handles:
+            _kill(handle)
+
+    def __getattr__(self, method: str) -> _GroupMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _GroupMethod(self, method, tuple(range(self.world_size)))
+
+    def __repr__(self) -> str:
+        return f"WorkerGroup(name={self._name!r}, worker_class={self._worker_cls.__name__}, world_size={self.world_size})"
+
+    # ------------------------------------------------------------------------------------------ internal
+    def _live_handles(self) -> list[Any]:
+        failure = self._cluster.failure
+        if failure is not None:
+            raise WorkerFailedError(failure)
+        with self._lock:
+            if self._shut_down:
+                raise RuntimeError(f"worker group {self._name!r} was shut down")
+            return list(self._handles)
+
+    def _check_method(self, method: str) -> None:
+        attr = inspect.getattr_static(self._worker_cls, method, None)
+        if method.startswith("_") or method in _NOT_GROUP_METHODS or not callable(attr):
+            public = sorted(
+                n
+                for n in dir(self._worker_cls)
+                if not n.startswith("_")
+                and n not in _NOT_GROUP_METHODS
+                and callable(inspect.getattr_static(self._worker_cls, n, None))
+            )
+            raise AttributeError(
+                f"{self._worker_cls.__name__} has no public method {method!r} to call on group {self._name!r}; "
+                f"callable: {public}"
+            )
+
+    def _call(
+        self, method: str, ranks: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> GroupCall:
+        self._check_method(method)
+        handles = self._live_handles()
+        refs = [handles[r]._rlinf_call.remote(method, args, kwargs) for r in ranks]
+        return GroupCall(self, method, ranks, refs)
+
+
+class _GroupMethod:
+    """``group.method``: calling it dispatches to the ranks."""
+
+    __slots__ = ("_group", "_method", "_ranks")
+
+    def __init__(self, group: WorkerGroup, method: str, ranks: tuple[int, ...]) -> None:
+        group._check_method(method)
+        self._group = group
+        self._method = method
+        self._ranks = ranks
+
+    def __call__(self, *args: Any, **kwargs: Any) -> GroupCall:
+        return self._group._call(self._method, self._ranks, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<group method {self._group.name}.{self._method} on ranks {list(self._ranks)}>"
+
+
+class _RankSubset:
+    """``group.execute_on(...)``: method calls on a subset of ranks."""
+
+    def __init__(self, group: WorkerGroup, ranks: tuple[int, ...]) -> None:
+        self._group = group
+        self._ranks = ranks
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall:
+        """Call worker method ``method`` on the selected ranks."""
+        return self._group._call(method, self._ranks, args, kwargs)
+
+    def __getattr__(self, method: str) -> _GroupMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _GroupMethod(self._group, method, self._ranks)
+
+
+class GroupCall:
+    """Handle of a method call running on some ranks of a group.
+
+    ``wait(timeout=...)`` returns the results in rank order (the order given to ``execute_on``); ``await`` it
+    in asyncio code. If any worker of the cluster fails meanwhile, waiting raises :class:`WorkerFailedError`
+    with that worker's traceback (every worker of the run has then been torn down).
+    """
+
+    def __init__(self, group: WorkerGroup, method: str, ranks: tuple[int, ...], refs: list[Any]) -> None:
+        self._group = group
+        self._method = method
+        self._ranks = ranks
+        self._refs = refs
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Ranks the call runs on, in result order."""
+        return self._ranks
+
+    @property
+    def object_refs(self) -> list[Any]:
+        """The underlying Ray object refs, one per rank."""
+        return list(self._refs)
+
+    def done(self) -> bool:
+        """Whether every rank has finished (successfully or not); never blocks."""
+        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0, fetch_local=False)
+        return len(ready) == len(self._refs)
+
+    def _what(self) -> str:
+        return f"{self._group.name}.{self._method}() on rank(s) {list(self._ranks)}"
+
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        """Block until every rank finished; return the results in rank order.
+
+        Args:
+            timeout: Seconds to wait at most; ``None`` waits as long as it takes (a failing worker still ends
+                the wait at once).
+
+        Raises:
+            WorkerFailedError: If a worker of the run raised or died (this call's or any other group's).
+            SchedulerTimeoutError: After ``timeout`` seconds, naming the call and the ranks still running.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            if len(self._refs) == 1:
+                return [ray.get(self._refs[0], timeout=timeout)]
+            pending = list(self._refs)
+            while pending:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, pending = ray.wait(pending, num_returns=1, timeout=remaining, fetch_local=False)
+                if not ready:
+                    break
+                # Surface an error of a finished rank at once instead of waiting for the others.
+                ray.get(ready)
+            if pending:
+                waiting = [self._ranks[self._refs.index(r)] for r in pending]
+                raise ray.exceptions.GetTimeoutError(f"ranks {waiting} still running")
+            return list(ray.get(self._refs))
+        except ray.exceptions.GetTimeoutError as err:
+            raise SchedulerTimeoutError(f"waited {timeout:g} s for {self._what()} to finish: {err}") from None
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
+            raise self._failure_error(err) from None
+
+    async def wait_async(self, timeout: float | None = None) -> list[Any]:
+        """Asyncio form of :meth:`wait`."""
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*self._refs), timeout=timeout))
+        except TimeoutError:
+            raise SchedulerTimeoutError(f"waited {timeout:g} s for {self._what()} to finish") from None
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
+            raise self._failure_error(err) from None
+
+    def __await__(self) -> Generator[Any, None, list[Any]]:
+        return self.wait_async().__await__()
+
+    def _failure_error(self, err: BaseException) -> WorkerFailedError:
+        """Turn a Ray error into the run's failure (reporting it first if the monitor has not seen it yet)."""
+        cluster = self._group._cluster
+        failure = cluster.failure
+        if failure is None:
+            if self._group._shut_down:
+                raise RuntimeError(
+                    f"worker group {self._group.name!r} was shut down while running {self._what()}"
+                )
+            failure = _failure_from_ray_error(self._group, self._method, self._ranks, self._refs, err)
+            cluster._report_failure(failure)
+            failure = cluster.failure or failure
+        cluster._failure_delivered()
+        return WorkerFailedError(failure)
+
+
+def _failure_from_ray_error(
+    group: WorkerGroup, method: str, ranks: tuple[int, ...], refs: list[Any], err: BaseException
+) -> WorkerFailure:
+    rank = _failed_rank(group, ranks, refs, err)
+    if isinstance(err, ray.exceptions.RayTaskError):
+        return WorkerFailure(group_name=group.name, rank=rank, kind="raised", method=method, details=str(err))
+    return WorkerFailure(group_name=group.name, rank=rank, kind="died", method=None, details=str(err))
+
+
+def _failed_rank(group: WorkerGroup, ranks: tuple[int, ...], refs: list[Any], err: BaseException) -> int:
+    actor_id = getattr(err, "actor_id", None)
+    if actor_id is not None:
+        for rank, handle in enumerate(group.actor_handles):
+            if handle._actor_id.hex() == actor_id:
+                return rank
+    for rank, ref in zip(ranks, refs, strict=True):
+        ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+        if ready:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:
+                return rank
+    return -1
+
+
+def _kill(handle: Any) -> None:
+    # An actor that is already dead, or Ray going down, leaves nothing to kill.
+    with contextlib.suppress(Exception):
+        ray.kill(handle, no_restart=True)
