@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from rlinf_core.protocols import EnvSpec
+from rlinf_models.policies import PolicyConfig, build_policy
+
+DISCRETE = EnvSpec((4,), "discrete", 1, num_actions=3)
+CONTINUOUS = EnvSpec((5,), "continuous", 2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_act_and_evaluate_agree(spec: EnvSpec, chunks: int) -> None:
+    torch.manual_seed(0)
+    policy = build_policy(spec, PolicyConfig(num_action_chunks=chunks, hidden_sizes=(16,)))
+    obs = torch.randn(6, *spec.obs_shape)
+    out = policy.act(obs)
+    d = spec.action_dim
+    expected_actions = (6, chunks) if spec.action_type == "discrete" else (6, chunks, d)
+    assert out.actions.shape == expected_actions
+    assert out.logprobs.shape == (6, chunks, d) and out.values.shape == (6, 1)
+    logprobs, entropy, values = policy.evaluate(obs, out.actions)
+    torch.testing.assert_close(logprobs, out.logprobs)
+    torch.testing.assert_close(values, out.values)
+    assert entropy.shape == (6, chunks, d) and (entropy > 0).all()
+
+
+def test_gradients_reach_actor_and_critic() -> None:
+    policy = build_policy(CONTINUOUS)
+    obs = torch.randn(8, 5)
+    out = policy.act(obs)
+    logprobs, entropy, values = policy(obs, out.actions)
+    (logprobs.sum() + entropy.sum() + values.sum()).backward()
+    assert policy.log_std is not None and policy.log_std.grad is not None
+    assert all(p.grad is not None for p in policy.parameters())
+
+
+def test_deterministic_discrete_is_argmax() -> None:
+    policy = build_policy(DISCRETE)
+    obs = torch.randn(4, 4)
+    a1 = policy.act(obs, deterministic=True).actions
+    a2 = policy.act(obs, deterministic=True).actions
+    assert torch.equal(a1, a2)
+    assert torch.equal(a1[:, 0], policy.distribution(obs).probs[:, 0].argmax(-1))
+
+
+def test_cnn_on_images() -> None:
+    spec = EnvSpec((64, 64, 3), "discrete", 1, num_actions=4)
+    policy = build_policy(spec, PolicyConfig(model_type="cnn", hidden_sizes=(32,)))
+    obs = torch.randint(0, 255, (2, 64, 64, 3), dtype=torch.uint8)
+    out = policy.act(obs)
+    assert out.actions.shape == (2, 1) and out.values.shape == (2, 1)
+
+
+def test_shape_mismatch_is_explained() -> None:
+    with pytest.raises(
+        ValueError, match=r"model_type 'mlp' needs vector observations, got obs_shape \(8, 8, 3\)"
+    ):
+        build_policy(EnvSpec((8, 8, 3), "discrete", 1, num_actions=2))
+    with pytest.raises(ValueError, match="'cnn' needs"):
+        build_policy(DISCRETE, PolicyConfig(model_type="cnn"))
+
+
+def test_no_value_head_returns_zeros() -> None:
+    policy = build_policy(DISCRETE, PolicyConfig(add_value_head=False))
+    assert torch.equal(policy.value(torch.randn(3, 4)), torch.zeros(3, 1))
