@@ -124,6 +124,11 @@ def _check_label(instance: Any, attribute: attrs.Attribute[str], value: str) -> 
         )
 
 
+def _check_bool(instance: Any, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name}: expected true or false, got {value!r}")
+
+
 def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -217,7 +222,7 @@ class NodeGroupConfig:
     """Per-unit settings of ``hardware_type`` (each with a ``node_rank``), e.g. robot IPs (RLinf's
     ``hardware.configs``)."""
 
-    ignore_hardware: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    ignore_hardware: bool = attrs.field(default=False, validator=_check_bool)
     """Treat the nodes as CPU-only: the nodes themselves are the placement resources."""
 
     @hardware_count.validator
