@@ -1,0 +1,468 @@
+"""Point-to-point and broadcast between workers of any groups, addressed by ``(group_name, rank)``.
+
+``CommMixin`` is a base class of ``Worker``. Peers are the named Ray actors ``f"{group_name}:{rank}"`` of
+the run's namespace. Each worker learns a peer's node and control address once through a Ray call; after
+that a message is one frame on a persistent TCP connection (a Ray actor call costs ~1 ms here, a frame tens of
+microseconds) carrying a sequence number and either the payload itself (below ``INLINE_LIMIT`` bytes of
+arrays) or a reference to where its arrays are:
+
+- same node: a pooled shared-memory segment of the sender (one copy; the receiver's tensors view it);
+- other node: a two-rank gloo group created lazily for the pair (``_transport_gloo``).
+
+Messages are buffered by the receiver (delivery never waits for ``recv``), so sends in crossed directions
+never deadlock; sequence numbers per ordered pair make delivery FIFO whatever the order Ray runs the calls.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import pickle
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from rlinf_scheduler import _transport as tp
+from rlinf_scheduler._transport_socket import FrameClient, FrameServer
+
+__all__ = ["CommMixin", "Work"]
+
+PeerKey = tuple[str, int]
+_P2P = "p2p"
+_BCAST = "bcast"
+_INFO_TIMEOUT_S = 60.0
+
+
+class Work:
+    """A pending ``isend``/``irecv``: ``wait(timeout)`` returns its result, ``done()`` polls it.
+
+    For a send, the work is done when the payload has left the caller's buffers (the caller may then modify
+    them); ``wait`` returns ``None``. For a receive, ``wait`` returns the received object.
+    """
+
+    def __init__(self, wait: Callable[[float | None], Any], done: Callable[[], bool]) -> None:
+        self._wait = wait
+        self._done = done
+        self._lock = threading.Lock()
+        self._finished = False
+        self._result: Any = None
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the operation completes and return its result.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits for ever.
+
+        Raises:
+            TimeoutError: nothing completed within ``timeout`` (the operation stays pending: wait again).
+        """
+        with self._lock:
+            if not self._finished:
+                self._result = self._wait(timeout)
+                self._finished = True
+            return self._result
+
+    def done(self) -> bool:
+        """Whether ``wait`` would return without blocking."""
+        return self._finished or self._done()
+
+
+def _finished_work(result: Any = None) -> Work:
+    return Work(lambda _t: result, lambda: True)
+
+
+class _Inbox:
+    """Messages from one peer on one stream, released to receivers in sequence order."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.messages: dict[int, tuple[Any, ...]] = {}
+        self.next_ticket = 0
+
+    def ticket(self) -> int:
+        with self.cond:
+            t = self.next_ticket
+            self.next_ticket += 1
+            return t
+
+    def put(self, seq: int, msg: tuple[Any, ...]) -> None:
+        with self.cond:
+            self.messages[seq] = msg
+            self.cond.notify_all()
+
+    def take(self, seq: int, timeout: float | None, what: str) -> tuple[Any, ...]:
+        with self.cond:
+            if not self.cond.wait_for(lambda: seq in self.messages, timeout):
+                raise TimeoutError(f"{what}: no message after {timeout} s")
+            return self.messages.pop(seq)
+
+    def has(self, seq: int) -> bool:
+        with self.cond:
+            return seq in self.messages
+
+
+class _CommState:
+    """Per-worker communication state, created on first use."""
+
+    def __init__(self, me: PeerKey, namespace: str | None) -> None:
+        self.me = me
+        self.namespace = namespace
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.lock = threading.Lock()
+        self.actors: dict[PeerKey, Any] = {}
+        self.info: dict[PeerKey, tuple[str, int, str, int]] = {}
+        self.clients: dict[PeerKey, FrameClient] = {}
+        self.send_seq: dict[tuple[PeerKey, str], itertools.count[int]] = {}
+        self.inboxes: dict[tuple[PeerKey, str], _Inbox] = {}
+        self.pool = tp.SegmentPool()
+        self.cache = tp.SegmentCache()
+        self.gloo: Any = None
+        self.stats: dict[str, int] = {"inline": 0, "shm": 0, "gloo": 0}
+        self.server = FrameServer(ray.util.get_node_ip_address(), self._on_frame)
+
+    def _on_frame(self, kind: int, body: memoryview) -> None:
+        src, stream, seq, msg = pickle.loads(body)
+        self.on_message(src, stream, seq, msg)
+
+    def on_message(self, src: PeerKey, stream: str, seq: int, msg: tuple[Any, ...]) -> None:
+        src = (src[0], int(src[1]))
+        if msg[0] == "gloo":
+            _, meta, specs, total, tag = msg
+            pair = self.gloo_pairs().get(src)
+            work, buf = pair.recv(total, tag)  # posted now: the sender never waits for our recv()
+            msg = ("gloo-posted", meta, specs, work, buf)
+        self.inbox(src, stream).put(seq, msg)
+
+    def actor(self, peer: PeerKey) -> Any:
+        with self.lock:
+            handle = self.actors.get(peer)
+        if handle is None:
+            name = f"{peer[0]}:{peer[1]}"
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                raise ValueError(
+                    f"no worker ({peer[0]!r}, {peer[1]}) (Ray actor {name!r}) in namespace {self.namespace!r}"
+                ) from None
+            with self.lock:
+                self.actors[peer] = handle
+        return handle
+
+    def peer_info(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, int, str, int]]:
+        peers = list(peers)
+        with self.lock:
+            missing = [p for p in peers if p not in self.info]
+        if missing:
+            refs = [self.actor(p)._comm_info.remote() for p in missing]
+            try:
+                values = ray.get(refs, timeout=_INFO_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise TimeoutError(f"workers {missing} did not answer within {_INFO_TIMEOUT_S} s") from None
+            with self.lock:
+                self.info.update(zip(missing, values, strict=True))
+        with self.lock:
+            return {p: self.info[p] for p in peers}
+
+    def next_seq(self, peer: PeerKey, stream: str) -> int:
+        with self.lock:
+            counter = self.send_seq.setdefault((peer, stream), itertools.count())
+            return next(counter)
+
+    def inbox(self, peer: PeerKey, stream: str) -> _Inbox:
+        with self.lock:
+            box = self.inboxes.get((peer, stream))
+            if box is None:
+                box = self.inboxes[(peer, stream)] = _Inbox()
+            return box
+
+    def deliver(self, peer: PeerKey, stream: str, seq: int, msg: tuple[Any, ...]) -> None:
+        with self.lock:
+            client = self.clients.get(peer)
+        if client is None:
+            _, _, host, port = self.peer_info([peer])[peer]
+            try:
+                client = FrameClient((host, port))
+            except OSError as e:
+                raise RuntimeError(f"cannot reach worker {peer} at {host}:{port}: {e}") from e
+            with self.lock:
+                client = self.clients.setdefault(peer, client)
+        try:
+            client.send((self.me, stream, seq, msg))
+        except OSError as e:
+            raise RuntimeError(f"worker {peer} is gone; the message to it was lost ({e})") from e
+
+    def gloo_pairs(self) -> Any:
+        with self.lock:
+            if self.gloo is None:
+                from rlinf_scheduler._transport_gloo import GlooPairs  # torch only when crossing nodes
+
+                def ask(peer: PeerKey) -> tuple[str, int]:
+                    ref = self.actor(peer)._comm_gloo_address.remote(self.me)
+                    host, port = ray.get(ref, timeout=_INFO_TIMEOUT_S)
+                    return str(host), int(port)
+
+                def notify(peer: PeerKey, host: str, port: int) -> None:
+                    self.actor(peer)._comm_gloo_join.remote(self.me, host, port)
+
+                self.gloo = GlooPairs(self.me, ask, notify)
+            return self.gloo
+
+    def close(self) -> None:
+        self.server.close()
+        with self.lock:
+            clients, self.clients = list(self.clients.values()), {}
+        for c in clients:
+            c.close()
+        self.pool.close()
+        self.cache.close()
+        if self.gloo is not None:
+            self.gloo.close()
+
+
+def _peer(group_name: str, rank: int, what: str) -> PeerKey:
+    if not isinstance(group_name, str) or not group_name:
+        raise ValueError(f"{what} group name must be a non-empty str, got {group_name!r}")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
+        raise ValueError(f"{what} rank must be an int >= 0, got {rank!r}")
+    return (group_name, int(rank))
+
+
+def _members(groups: Sequence[tuple[str, int | Iterable[int]]]) -> list[PeerKey]:
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
+        raise ValueError(f"groups must be a non-empty list of (group_name, ranks) pairs, got {groups!r}")
+    out: set[PeerKey] = set()
+    for item in groups:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"each entry of groups must be (group_name, ranks), got {item!r}")
+        name, ranks = item
+        rank_list = [ranks] if isinstance(ranks, (int, np.integer)) else list(ranks)
+        if not rank_list:
+            raise ValueError(f"groups entry {item!r} has no ranks")
+        out.update(_peer(name, r, "broadcast") for r in rank_list)
+    return sorted(out)
+
+
+class CommMixin:
+    """Point-to-point ``send``/``recv`` and ``broadcast`` for ``Worker``.
+
+    The worker must have ``group_name`` (str) and ``rank`` (int) attributes and be the Ray actor named
+    ``f"{group_name}:{rank}"`` in the namespace ``namespace`` (attribute; default: the job's namespace), and
+    run threaded (``max_concurrency`` > 1) so that deliveries run while a method waits in ``recv``.
+
+    Example (inside two workers of groups ``"env"`` and ``"rollout"``)::
+
+        # env rank 0
+        self.send({"obs": obs_tensor, "step": 3}, "rollout", 0)
+        actions = self.recv("rollout", 0, timeout=60)
+
+        # rollout rank 0
+        batch = self.recv("env", 0, timeout=60)
+        self.send(policy(batch["obs"]), "env", 0)
+    """
+
+    _comm_init_lock = threading.Lock()
+
+    def _comm(self) -> _CommState:
+        state: _CommState | None = self.__dict__.get("_rlinf_comm_state")
+        if state is None:
+            with CommMixin._comm_init_lock:
+                state = self.__dict__.get("_rlinf_comm_state")
+                if state is None:
+                    me = _peer(self.group_name, self.rank, "this worker's")  # type: ignore[attr-defined]
+                    ns = getattr(self, "namespace", None) or ray.get_runtime_context().namespace
+                    state = _CommState(me, ns)
+                    self.__dict__["_rlinf_comm_state"] = state
+        return state
+
+    # ---------------------------------------------------------------------------------------- public API
+
+    def send(self, obj: Any, dst_group_name: str, dst_rank: int) -> None:
+        """Send ``obj`` to worker ``(dst_group_name, dst_rank)``; returns once ``obj``'s buffers may be reused.
+
+        Args:
+            obj: any picklable object; tensors (CPU or GPU) and numpy arrays inside lists, dicts, tuples and
+                dataclasses are moved without pickling. GPU tensors arrive on a GPU of the receiver.
+            dst_group_name: the receiver's group name.
+            dst_rank: the receiver's rank in its group.
+        """
+        self.isend(obj, dst_group_name, dst_rank).wait()
+
+    def isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
+        """Non-blocking ``send``: returns a ``Work`` whose ``wait()`` returns ``None`` once the data has left."""
+        peer = _peer(dst_group_name, dst_rank, "destination")
+        st = self._comm()
+        if peer == st.me:
+            raise ValueError(f"a worker cannot send to itself: {peer}")
+        enc = tp.encode(obj)
+        seq = st.next_seq(peer, _P2P)
+        return self._comm_transmit(enc, [peer], _P2P, [seq])
+
+    def recv(self, src_group_name: str, src_rank: int, *, timeout: float | None = None) -> Any:
+        """Receive the next object sent to this worker by ``(src_group_name, src_rank)`` (FIFO per sender).
+
+        Args:
+            src_group_name: the sender's group name.
+            src_rank: the sender's rank in its group.
+            timeout: seconds to wait; ``None`` waits for ever.
+
+        Returns:
+            The object; its tensors view a shared-memory segment (same node) or a fresh buffer (other node).
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout``.
+        """
+        return self.irecv(src_group_name, src_rank).wait(timeout)
+
+    def irecv(self, src_group_name: str, src_rank: int) -> Work:
+        """Non-blocking ``recv``: reserves the next message from the sender; ``Work.wait()`` returns it."""
+        peer = _peer(src_group_name, src_rank, "source")
+        return self._comm_receive(peer, _P2P)
+
+    def broadcast(
+        self,
+        obj: Any,
+        groups: Sequence[tuple[str, int | Iterable[int]]],
+        src: tuple[str, int],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Broadcast ``obj`` from ``src`` to every worker listed in ``groups``; every participant calls it.
+
+        Same-node receivers share one shared-memory copy; other nodes get it over their pair gloo group.
+
+        Args:
+            obj: the payload on ``src`` (ignored elsewhere; pass ``None``).
+            groups: ``[(group_name, ranks), ...]`` where ranks is an int or an iterable of ints; the order
+                does not matter and must list the same workers on every participant.
+            src: ``(group_name, rank)`` of the sender; it must be among ``groups``.
+            timeout: seconds a receiver waits; ``None`` waits for ever.
+
+        Returns:
+            ``obj`` on the source, the received copy elsewhere.
+
+        Raises:
+            ValueError: ``groups``/``src`` malformed, or this worker or ``src`` not among ``groups``.
+            TimeoutError: a receiver got nothing within ``timeout``.
+        """
+        members = _members(groups)
+        if not isinstance(src, (tuple, list)) or len(src) != 2:
+            raise ValueError(f"src must be (group_name, rank), got {src!r}")
+        src_key = _peer(src[0], src[1], "broadcast source")
+        st = self._comm()
+        if src_key not in members:
+            raise ValueError(f"broadcast source {src_key} is not among groups {groups!r}")
+        if st.me not in members:
+            raise ValueError(f"this worker {st.me} is not among the broadcast groups {groups!r}")
+        if st.me != src_key:
+            return self._comm_receive(src_key, _BCAST).wait(timeout)
+        receivers = [m for m in members if m != st.me]
+        if receivers:
+            enc = tp.encode(obj)
+            seqs = [st.next_seq(p, _BCAST) for p in receivers]
+            self._comm_transmit(enc, receivers, _BCAST, seqs).wait()
+        return obj
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _comm_transmit(self, enc: tp.Encoded, peers: list[PeerKey], stream: str, seqs: list[int]) -> Work:
+        st = self._comm()
+        if enc.total < tp.INLINE_LIMIT:
+            blob = tp.pack_inline(enc) if enc.specs else b""
+            for peer, seq in zip(peers, seqs, strict=True):
+                st.deliver(peer, stream, seq, ("inline", enc.meta, enc.specs, blob))
+                st.stats["inline"] += 1
+            return _finished_work()
+        info = st.peer_info(peers)
+        local = [(p, s) for p, s in zip(peers, seqs, strict=True) if info[p][0] == st.node_id]
+        remote = [(p, s) for p, s in zip(peers, seqs, strict=True) if info[p][0] != st.node_id]
+        if local:
+            seg = st.pool.acquire(enc.total, len(local))
+            tp.write_buffers(enc, seg.area)
+            for slot, (peer, seq) in enumerate(local):
+                msg = ("shm", enc.meta, enc.specs, st.pool.pid, seg.fd, seg.seg_id, seg.capacity, slot)
+                st.deliver(peer, stream, seq, msg)
+                st.stats["shm"] += 1
+        if not remote:
+            return _finished_work()
+        import torch  # the cross-node transport stages bytes in a torch tensor
+
+        staging = torch.empty(enc.total, dtype=torch.uint8)
+        tp.write_buffers(enc, staging.numpy())
+        pairs = st.gloo_pairs()
+        works = []
+        for peer, seq in remote:
+            pair = pairs.get(peer)
+            tag = pair.next_tag()
+            st.deliver(peer, stream, seq, ("gloo", enc.meta, enc.specs, enc.total, tag))
+            works.append(pair.send(staging, tag))
+            st.stats["gloo"] += 1
+
+        def wait(timeout: float | None) -> None:
+            for w in works:
+                if timeout is None:
+                    w.wait()
+                else:
+                    w.wait(datetime.timedelta(seconds=timeout))
+            return None
+
+        return Work(wait, lambda: all(w.is_completed() for w in works))
+
+    def _comm_receive(self, peer: PeerKey, stream: str) -> Work:
+        st = self._comm()
+        box = st.inbox(peer, stream)
+        seq = box.ticket()
+        what = f"{st.me} waiting for {'broadcast' if stream == _BCAST else 'message'} from {peer}"
+
+        def wait(timeout: float | None) -> Any:
+            msg = box.take(seq, timeout, what)
+            return _decode(st, peer, msg)
+
+        def done() -> bool:
+            with box.cond:
+                msg = box.messages.get(seq)
+            return msg is not None and (msg[0] != "gloo-posted" or msg[3].is_completed())
+
+        return Work(wait, done)
+
+    # ----------------------------------------------------------------------- called by peers through Ray
+
+    def _comm_deliver(self, src: PeerKey, stream: str, seq: int, msg: tuple[Any, ...]) -> None:
+        """Ray fallback of the socket control path (same effect as a control frame)."""
+        self._comm().on_message(src, stream, seq, msg)
+
+    def _comm_info(self) -> tuple[str, int, str, int]:
+        st = self._comm()
+        host, port = st.server.address
+        return st.node_id, st.pool.pid, host, port
+
+    def _comm_gloo_address(self, peer: PeerKey) -> tuple[str, int]:
+        return self._comm().gloo_pairs().master_address((peer[0], int(peer[1])))  # type: ignore[no-any-return]
+
+    def _comm_gloo_join(self, peer: PeerKey, host: str, port: int) -> None:
+        self._comm().gloo_pairs().join((peer[0], int(peer[1])), host, port)
+
+    def _comm_close(self) -> None:
+        """Release shared-memory segments and pair groups (call at worker teardown)."""
+        state: _CommState | None = self.__dict__.pop("_rlinf_comm_state", None)
+        if state is not None:
+            state.close()
+
+
+def _decode(st: _CommState, peer: PeerKey, msg: tuple[Any, ...]) -> Any:
+    kind = msg[0]
+    if kind == "inline":
+        _, meta, specs, blob = msg
+        area = np.frombuffer(bytearray(blob), dtype=np.uint8) if specs else None
+        return tp.decode(meta, specs, area)
+    if kind == "shm":
+        _, meta, specs, pid, fd, seg_id, capacity, slot = msg
+        area = st.cache.open(pid, fd, seg_id, slot, capacity)
+        return tp.decode(meta, specs, area)
+    if kind == "gloo-posted":
+        _, meta, specs, work, buf = msg
+        work.wait()
+        return tp.decode(meta, specs, buf.numpy())
+    raise RuntimeError(f"unknown message kind {kind!r} from {peer}")

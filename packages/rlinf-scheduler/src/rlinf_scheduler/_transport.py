@@ -1,0 +1,380 @@
+"""Payload encoding and the same-node shared-memory transport.
+
+A payload (any picklable object) is split into a small pickled *skeleton* and a list of raw *buffers*: every
+CPU/GPU ``torch.Tensor`` and every non-object ``numpy.ndarray`` inside it (at any nesting depth: lists, dicts,
+dataclasses, ...) is replaced by a reference to a buffer. Buffers are then moved by a transport:
+
+- inline: packed into one ``bytes`` object that travels inside the Ray control message (small payloads);
+- shared memory: written once into a pooled ``memfd`` segment of the sender; the receiver maps the segment
+  and gets tensors that *view* it (no receive-side copy). When the receiver drops the last tensor of a
+  message, the segment returns to the sender's pool, so a steady stream reuses already-faulted pages;
+- gloo: packed into one staging tensor sent over a per-pair ``torch.distributed`` group (``_transport_gloo``).
+
+torch is imported only when a payload contains tensors (``sys.modules`` check) or a tensor must be built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+import pickle
+import sys
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+__all__: list[str] = []
+
+_ALIGN = 64
+#: Bytes at the start of every shared-memory segment: [0:16] segment id, [16] retired flag,
+#: [64:HEADER] one busy byte per receiver slot (broadcast uses one slot per same-node receiver).
+_HEADER = 4096
+_MAX_SLOTS = _HEADER - 64
+#: Payloads whose buffers total fewer bytes than this travel inline in the control message.
+INLINE_LIMIT = 256 * 1024
+#: The sender keeps at most this many *free* bytes cached in its segment pool.
+_POOL_FREE_BYTES = 1 << 31
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """Where one array of a payload lives in the packed buffer area.
+
+    Attributes:
+        kind: ``"torch"``, ``"param"`` (``torch.nn.Parameter``) or ``"numpy"``.
+        dtype: dtype name (``"float32"``, ``"bfloat16"``, ...).
+        shape: the array shape.
+        offset: byte offset of the data in the packed area (64-byte aligned).
+        nbytes: number of data bytes.
+        device: ``"cpu"`` or the source device (``"cuda:0"``); GPU tensors arrive on the same kind of device.
+        requires_grad: restored on the received tensor.
+    """
+
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    device: str = "cpu"
+    requires_grad: bool = False
+
+
+@dataclass
+class Encoded:
+    """A payload split into a pickled skeleton and the arrays it references.
+
+    Attributes:
+        meta: pickled skeleton (protocol 5, cloudpickle for lambdas/local classes).
+        specs: one ``BufferSpec`` per array, in reference order.
+        sources: the source arrays (contiguous ``torch.Tensor`` or ``numpy.ndarray``), aligned with ``specs``.
+        total: bytes needed for the packed buffer area.
+    """
+
+    meta: bytes
+    specs: list[BufferSpec]
+    sources: list[Any]
+    total: int
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    def __init__(self, file: io.BytesIO, out: Encoded) -> None:
+        super().__init__(file, protocol=5)
+        self._out = out
+        torch = sys.modules.get("torch")
+        self._tensor_types: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()
+
+    def _add(self, spec_kw: dict[str, Any], src: Any, nbytes: int) -> int:
+        out = self._out
+        offset = out.total
+        out.specs.append(BufferSpec(offset=offset, nbytes=nbytes, **spec_kw))
+        out.sources.append(src)
+        out.total = _align(offset + nbytes)
+        return len(out.specs) - 1
+
+    def persistent_id(self, obj: Any) -> Any:
+        t = type(obj)
+        if t is np.ndarray and not obj.dtype.hasobject:
+            arr = np.ascontiguousarray(obj)
+            kw = {"kind": "numpy", "dtype": arr.dtype.str, "shape": tuple(arr.shape)}
+            return ("rlinf-buf", self._add(kw, arr, arr.nbytes))
+        if t in self._tensor_types:
+            if obj.layout != sys.modules["torch"].strided or obj.is_quantized or obj.is_meta:
+                return None  # rare layouts: let torch pickle them itself
+            ten = obj.detach()
+            if not ten.is_contiguous():
+                ten = ten.contiguous()
+            kw = {
+                "kind": "param" if t is not self._tensor_types[0] else "torch",
+                "dtype": str(ten.dtype).removeprefix("torch."),
+                "shape": tuple(ten.shape),
+                "device": str(ten.device),
+                "requires_grad": bool(obj.requires_grad),
+            }
+            return ("rlinf-buf", self._add(kw, ten, ten.numel() * ten.element_size()))
+        return None
+
+
+def encode(obj: Any) -> Encoded:
+    """Split ``obj`` into a pickled skeleton and the arrays it contains.
+
+    Args:
+        obj: any picklable object; tensors and numpy arrays inside it are not pickled but referenced.
+
+    Returns:
+        The ``Encoded`` payload; nothing has been copied yet except non-contiguous arrays.
+    """
+    out = Encoded(b"", [], [], 0)
+    f = io.BytesIO()
+    _Pickler(f, out).dump(obj)
+    out.meta = f.getvalue()
+    return out
+
+
+def write_buffers(enc: Encoded, dst: np.ndarray) -> None:
+    """Copy every source array of ``enc`` into ``dst`` at its spec offset.
+
+    Args:
+        enc: the encoded payload.
+        dst: a writable ``[>= enc.total]`` uint8 numpy array.
+    """
+    torch = sys.modules.get("torch")
+    for spec, src in zip(enc.specs, enc.sources, strict=True):
+        if spec.nbytes == 0:
+            continue
+        window = dst[spec.offset : spec.offset + spec.nbytes]
+        if isinstance(src, np.ndarray):
+            window[...] = src.reshape(-1).view(np.uint8)
+        else:  # torch.Tensor: torch copies large buffers with several threads, and from GPU memory
+            flat = src.reshape(-1)
+            if flat.dtype != torch.uint8:
+                flat = flat.view(torch.uint8)
+            torch.from_numpy(window).copy_(flat)
+
+
+def pack_inline(enc: Encoded) -> bytes:
+    """Pack the buffers of a small payload into one ``bytes`` object."""
+    area = np.empty(enc.total, dtype=np.uint8)
+    write_buffers(enc, area)
+    return area.tobytes()
+
+
+def _torch_dtype(name: str) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch  # a tensor payload arrived: the receiver needs torch to rebuild it
+    return getattr(torch, name)
+
+
+def _build(spec: BufferSpec, area: np.ndarray) -> Any:
+    raw = area[spec.offset : spec.offset + spec.nbytes]
+    if spec.kind == "numpy":
+        return raw.view(np.dtype(spec.dtype)).reshape(spec.shape)
+    dtype = _torch_dtype(spec.dtype)
+    torch = sys.modules["torch"]
+    if spec.nbytes == 0:
+        ten = torch.empty(spec.shape, dtype=dtype)
+    else:
+        ten = torch.from_numpy(raw).view(dtype).reshape(spec.shape)
+    if spec.device != "cpu":
+        dev = torch.device(spec.device)
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            dev = torch.device("cuda")  # same kind of device; the index does not exist in this process
+        ten = ten.to(dev)
+    if spec.kind == "param":
+        return torch.nn.Parameter(ten, requires_grad=spec.requires_grad)
+    if spec.requires_grad:
+        ten.requires_grad_(True)
+    return ten
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, specs: list[BufferSpec], area: np.ndarray | None) -> None:
+        super().__init__(io.BytesIO(data))
+        self._specs = specs
+        self._area = area
+
+    def persistent_load(self, pid: Any) -> Any:
+        tag, index = pid
+        if tag != "rlinf-buf" or self._area is None:
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return _build(self._specs[index], self._area)
+
+
+def decode(meta: bytes, specs: list[BufferSpec], area: np.ndarray | None) -> Any:
+    """Rebuild a payload; arrays become views of ``area`` (a 1-D ``uint8`` array that must stay valid).
+
+    Args:
+        meta: the pickled skeleton from ``encode``.
+        specs: its buffer specs.
+        area: the packed buffer area (``[total]`` uint8), or ``None`` if there are no buffers.
+
+    Returns:
+        The payload object.
+    """
+    return _Unpickler(meta, specs, area).load()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Shared-memory segments
+
+
+@dataclass
+class _Segment:
+    seg_id: bytes
+    fd: int
+    mm: mmap.mmap
+    capacity: int
+    header: np.ndarray  # uint8 view of the first _HEADER bytes
+    area: np.ndarray  # uint8 view of the data area
+    nslots: int = 0
+
+    def is_free(self) -> bool:
+        return self.nslots == 0 or not self.header[64 : 64 + self.nslots].any()
+
+
+class SegmentPool:
+    """Sender-side pool of shared-memory segments (``memfd``, never a named file: nothing leaks on a crash).
+
+    A receiver opens a segment through ``/proc/<sender pid>/fd/<fd>``; it clears its busy byte when the last
+    array of the message is garbage-collected, which makes the segment reusable.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self.pid = os.getpid()
+
+    def acquire(self, nbytes: int, nslots: int) -> _Segment:
+        """Return a free segment of at least ``nbytes`` data bytes, marked busy for ``nslots`` receivers."""
+        if not 1 <= nslots <= _MAX_SLOTS:
+            raise ValueError(f"nslots must be in [1, {_MAX_SLOTS}], got {nslots}")
+        with self._lock:
+            best = None
+            for seg in self._segments:
+                fits = nbytes <= seg.capacity <= 4 * max(nbytes, 1 << 20)
+                if fits and seg.is_free() and (best is None or seg.capacity < best.capacity):
+                    best = seg
+            if best is None:
+                best = self._create(max(_align(nbytes), 1 << 16))
+                self._segments.append(best)
+            best.header[64 : 64 + nslots] = 1
+            best.nslots = nslots
+            self._trim()
+            return best
+
+    def _create(self, capacity: int) -> _Segment:
+        fd = os.memfd_create("rlinf-shm", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, _HEADER + capacity)
+            mm = mmap.mmap(fd, _HEADER + capacity, flags=mmap.MAP_SHARED)
+        except BaseException:
+            os.close(fd)
+            raise
+        whole = np.frombuffer(mm, dtype=np.uint8)
+        seg_id = uuid.uuid4().bytes
+        whole[:16] = np.frombuffer(seg_id, dtype=np.uint8)
+        return _Segment(seg_id, fd, mm, capacity, whole[:_HEADER], whole[_HEADER:])
+
+    def _trim(self) -> None:
+        free = [s for s in self._segments if s.is_free()]
+        total = sum(s.capacity for s in free)
+        while free and total > _POOL_FREE_BYTES:
+            seg = free.pop(0)
+            total -= seg.capacity
+            self._segments.remove(seg)
+            self._retire(seg)
+
+    @staticmethod
+    def _retire(seg: _Segment) -> None:
+        seg.header[16] = 1
+        seg.header = seg.area = np.empty(0, dtype=np.uint8)
+        with contextlib.suppress(BufferError):  # a view is still alive; the mapping goes with it
+            seg.mm.close()
+        os.close(seg.fd)
+
+    def close(self) -> None:
+        """Retire every segment (receivers keep their own mappings of segments still in use)."""
+        with self._lock:
+            for seg in self._segments:
+                self._retire(seg)
+            self._segments.clear()
+
+
+class _Mapped:
+    __slots__ = ("header", "live", "mm", "whole")
+
+    def __init__(self, mm: mmap.mmap) -> None:
+        self.mm = mm
+        self.whole = np.frombuffer(mm, dtype=np.uint8)
+        self.header = self.whole[:_HEADER]
+        self.live = 0
+
+
+class SegmentCache:
+    """Receiver-side cache of mapped segments, keyed by (sender pid, segment id)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._maps: dict[tuple[int, bytes], _Mapped] = {}
+
+    def open(self, pid: int, fd: int, seg_id: bytes, slot: int, capacity: int) -> np.ndarray:
+        """Map a sender's segment and return its data area (``[capacity]`` uint8).
+
+        The returned array's lifetime controls the busy byte ``slot``: when it (and every view of it) is
+        garbage-collected, the sender may reuse the segment.
+        """
+        key = (pid, seg_id)
+        with self._lock:
+            self._sweep()
+            m = self._maps.get(key)
+            if m is None:
+                path = f"/proc/{pid}/fd/{fd}"
+                rfd = os.open(path, os.O_RDWR)
+                try:
+                    mm = mmap.mmap(rfd, _HEADER + capacity, flags=mmap.MAP_SHARED)
+                finally:
+                    os.close(rfd)
+                m = _Mapped(mm)
+                if m.header[:16].tobytes() != seg_id:
+                    raise RuntimeError(f"shared-memory segment {path} changed before it was opened")
+                self._maps[key] = m
+            m.live += 1
+        area = np.frombuffer(m.mm, dtype=np.uint8, offset=_HEADER, count=capacity)
+        weakref.finalize(area, self._release, key, slot)
+        return area
+
+    def _release(self, key: tuple[int, bytes], slot: int) -> None:
+        with self._lock:
+            m = self._maps.get(key)
+            if m is not None:
+                m.header[64 + slot] = 0
+                m.live -= 1
+
+    def _sweep(self) -> None:
+        for key, m in list(self._maps.items()):
+            if m.live == 0 and m.header[16]:
+                del self._maps[key]
+                m.header = m.whole = np.empty(0, dtype=np.uint8)
+                with contextlib.suppress(BufferError):
+                    m.mm.close()
+
+    def close(self) -> None:
+        """Drop mappings of segments nothing uses any more."""
+        with self._lock:
+            for key, m in list(self._maps.items()):
+                if m.live == 0:
+                    del self._maps[key]
+                    m.header = m.whole = np.empty(0, dtype=np.uint8)
+                    with contextlib.suppress(BufferError):
+                        m.mm.close()
