@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ._config import ClusterConfig, NodeGroupConfig
+from ._config import ClusterConfig, NodeGroupConfig, normalize_node_group_labels
 from ._placement import (
     ClusterView,
     FlexiblePlacementStrategy,
@@ -25,7 +25,6 @@ from ._placement import (
     StaticClusterView,
     _view_node_groups,
     build_placements,
-    normalize_node_group_labels,
     resource_space,
 )
 from ._placement_grammar import parse_placement, segments_to_process_resources

@@ -81,11 +81,12 @@ def parse_rank_list(value: int | str | Iterable[int | str], *, what: str) -> tup
     return tuple(sorted(ranks))
 
 
-def _ranks_converter(what: str) -> Any:
-    def convert(value: Any) -> tuple[int, ...]:
-        return parse_rank_list(value, what=what)
+def _group_node_ranks(value: Any) -> tuple[int, ...]:
+    return parse_rank_list(value, what="node_groups.node_ranks")
 
-    return convert
+
+def _env_node_ranks(value: Any) -> tuple[int, ...]:
+    return parse_rank_list(value, what="env_configs.node_ranks")
 
 
 def _env_vars_converter(value: Any) -> dict[str, str]:
@@ -137,7 +138,7 @@ def _optional_str(value: Any) -> str | None:
 class NodeEnvConfig:
     """Software environment for a subset of the nodes of a node group (RLinf's ``env_configs`` entry)."""
 
-    node_ranks: tuple[int, ...] = attrs.field(converter=_ranks_converter("env_configs.node_ranks"))
+    node_ranks: tuple[int, ...] = attrs.field(converter=_env_node_ranks)
     """Node ranks this entry applies to (``"0-3"``, ``[0, 1]`` or an int)."""
 
     env_vars: dict[str, str] = attrs.field(factory=dict, converter=_env_vars_converter)
@@ -197,7 +198,7 @@ class NodeGroupConfig:
     label: str = attrs.field(validator=_check_label)
     """Unique, case-sensitive label; ``cluster`` and ``node`` are reserved."""
 
-    node_ranks: tuple[int, ...] = attrs.field(converter=_ranks_converter("node_groups.node_ranks"))
+    node_ranks: tuple[int, ...] = attrs.field(converter=_group_node_ranks)
     """Node ranks in the group (``"0-3"``, ``[0, 1]`` or an int)."""
 
     env_vars: dict[str, str] = attrs.field(factory=dict, converter=_env_vars_converter)

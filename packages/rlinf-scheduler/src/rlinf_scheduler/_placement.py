@@ -12,7 +12,7 @@ nodes themselves. Resource ranks count from 0 inside the (concatenated) node gro
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -71,6 +71,10 @@ def _accelerator_counts(value: int | Sequence[int]) -> tuple[int, ...] | int:
     return tuple(value)
 
 
+def _groups_tuple(value: Iterable[NodeGroupConfig]) -> tuple[NodeGroupConfig, ...]:
+    return tuple(value)
+
+
 @attrs.frozen(kw_only=True)
 class StaticClusterView:
     """A cluster described on paper (no Ray), for :func:`resolve_placement` and tests.
@@ -90,7 +94,7 @@ class StaticClusterView:
     accelerator_type: str = "cpu"
     """Accelerator type reported in the placements."""
 
-    node_groups: tuple[NodeGroupConfig, ...] = attrs.field(factory=tuple, converter=tuple)
+    node_groups: tuple[NodeGroupConfig, ...] = attrs.field(factory=tuple, converter=_groups_tuple)
     """Configured node groups."""
 
     def __attrs_post_init__(self) -> None:
@@ -432,13 +436,15 @@ class FlexiblePlacementStrategy(PlacementStrategy):
             ValueError: If the list or an entry is empty, a rank is negative, or a process lists a rank twice.
         """
         super().__init__(node_group)
-        if isinstance(hardware_ranks_list, str) or not hardware_ranks_list:
+        given: object = hardware_ranks_list
+        if isinstance(given, str) or not hardware_ranks_list:
             raise ValueError(
                 f"FlexiblePlacementStrategy: expected a non-empty list of rank lists, got {hardware_ranks_list!r}"
             )
         lists: list[tuple[int, ...]] = []
         for i, ranks in enumerate(hardware_ranks_list):
-            if isinstance(ranks, str | int) or not ranks:
+            entry: object = ranks
+            if isinstance(entry, str | int) or not ranks:
                 raise ValueError(
                     f"FlexiblePlacementStrategy: process {i} needs a non-empty list of ranks, got {ranks!r}"
                 )
