@@ -1,9 +1,11 @@
 """Configuration: frozen attrs classes, YAML files and Hydra-style command-line overrides."""
 
+from ._algorithm import AlgorithmConfig
 from ._loader import CommandLine, apply_override, load_config, load_yaml, parse_command_line
 from ._structure import ConfigError, structure_config, unstructure_config
 
 __all__ = [
+    "AlgorithmConfig",
     "CommandLine",
     "ConfigError",
     "apply_override",

@@ -1,0 +1,65 @@
+"""``algorithm:`` — the RL algorithm settings shared by the actor, the runner and the env workers.
+
+Key names and defaults follow the original RLinf embodied configs (``examples/embodiment/config``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+from attrs import validators as v
+
+__all__ = ["AlgorithmConfig"]
+
+_LEVEL = Literal["chunk_level", "action_level", "token_level"]
+
+
+def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"'{attr.name}' must be > 0 or null: {value}")
+
+
+@attrs.frozen(kw_only=True)
+class AlgorithmConfig:
+    """RL algorithm settings (config ``algorithm``)."""
+
+    adv_type: str = "gae"
+    """Advantage estimator in the rlinf-algos registry: gae, grpo, grpo_video, grpo_dynamic, reinpp, opd, raw, or a registered one."""
+    loss_type: str = "actor_critic"
+    """Policy loss in the rlinf-algos registry: actor, actor_critic, decoupled_actor_critic, opd, or a registered one."""
+    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    update_epoch: int = attrs.field(default=4, validator=v.ge(1))
+    """Passes over each rollout batch per training step."""
+    rollout_epoch: int = attrs.field(default=1, validator=v.ge(1))
+    """Rollouts collected (and concatenated) per training step."""
+    group_size: int = attrs.field(default=1, validator=v.ge(1))
+    """Envs per GRPO group (sharing initial states)."""
+    normalize_advantages: bool = True
+    reward_type: _LEVEL = "chunk_level"
+    """Reward granularity: one per chunk (summed over its actions) or one per action."""
+    logprob_type: _LEVEL = "action_level"
+    entropy_type: _LEVEL = "action_level"
+    gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
+    gae_lambda: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
+    clip_ratio_low: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    clip_ratio_high: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    clip_ratio_c: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Dual-clip constant (> 1) or null for no dual clip (RLinf's embodied default)."""
+    value_clip: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    huber_delta: float = attrs.field(default=10.0, validator=v.gt(0.0))
+    entropy_bonus: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    kl_beta: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "kl"
+    critic_warmup_steps: int = attrs.field(default=0, validator=v.ge(0))
+    """Optimizer steps during which only the critic learns (policy loss zeroed)."""
+    bootstrap_type: Literal["standard", "always"] = "standard"
+    """Add γ·V(final obs) to the last reward of a chunk that ended by truncation (standard) or by any done (always)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (dual clip) or null, got {self.clip_ratio_c}")
+        if self.adv_type == "gae" and self.loss_type not in ("actor_critic", "decoupled_actor_critic"):
+            raise ValueError(
+                f"adv_type 'gae' needs a critic: loss_type must be 'actor_critic' or 'decoupled_actor_critic', got {self.loss_type!r}"
+            )
