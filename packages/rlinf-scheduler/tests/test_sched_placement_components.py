@@ -409,3 +409,33 @@ def test_model_parallel_needs_accelerators() -> None:
         match=r"model-parallel components need accelerators, but its node group has node resources",
     ):
         mp({"actor": "0", "rollout": "1"}, view=StaticClusterView(num_nodes=2, accelerators=0))
+
+
+def test_model_parallel_compares_physical_devices_across_node_groups() -> None:
+    view = StaticClusterView(num_nodes=2, accelerators=4)
+    groups = [NodeGroupConfig(label="train", node_ranks=0), NodeGroupConfig(label="gen", node_ranks=1)]
+    placement = {
+        "actor": {"node_group": "train", "placement": "0-3"},
+        "rollout": {"node_group": "gen", "placement": "0-3"},
+    }
+    cp = ModelParallelComponentPlacement(
+        ClusterConfig(num_nodes=2, component_placement=placement, node_groups=groups), view
+    )
+    # same ranks, different nodes: disaggregated, not collocated
+    assert cp.placement_mode is PlacementMode.DISAGGREGATED
+    assert [p.node_rank for p in cp.get_placements("rollout")] == [1, 1, 1, 1]
+    overlapping = {"actor": "0-5", "rollout": {"node_group": "gen", "placement": "0-3"}}
+    with pytest.raises(
+        ValueError,
+        match=r"actor \[0, 1, 2, 3, 4, 5\] and rollout \[0, 1, 2, 3\] share \[4, 5\] \(ranks of actor's node group cluster\)",
+    ):
+        ModelParallelComponentPlacement(
+            ClusterConfig(num_nodes=2, component_placement=overlapping, node_groups=groups), view
+        )
+
+
+def test_placements_pickle() -> None:
+    import pickle
+
+    ps = resolve_placement({"a": "0-3:0-1"}, num_nodes=1, accelerators_per_node=4)["a"]
+    assert pickle.loads(pickle.dumps(ps)) == ps

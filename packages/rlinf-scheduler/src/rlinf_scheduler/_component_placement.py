@@ -330,10 +330,14 @@ class ModelParallelComponentPlacement(ComponentPlacement):
             raise ValueError(f"{self._where(name)}: accelerators {devices} must be contiguous")
         return devices
 
+    def _physical(self, name: str) -> set[tuple[int, int]]:
+        return {(p.node_rank, d) for p in self.get_placements(name) for d in p.local_accelerators}
+
     def _detect_mode(self) -> PlacementMode:
-        actor, rollout = self._devices["actor"], self._devices["rollout"]
+        actor = self._devices["actor"]
         inference = self._devices.get(self._inference_name)
-        if actor == rollout:
+        # Compare physical devices (node, index): equal ranks in different node groups are different devices.
+        if self._physical("actor") == self._physical("rollout"):
             if inference is not None:
                 raise ValueError(
                     f"{self._where(self._inference_name)}: collocated mode (actor and rollout share accelerators "
@@ -348,9 +352,23 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         names = [n for n in (*_MODEL_PARALLEL, "actor_inference") if n in self._devices]
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
-                shared = sorted(set(self._devices[a]) & set(self._devices[b]))
+                other = self._physical(b)
+                shared = sorted(
+                    r
+                    for p in self.get_placements(a)
+                    for r, d in zip(p.resource_ranks, p.local_accelerators, strict=True)
+                    if (p.node_rank, d) in other
+                )
                 if shared:
-                    overlaps.append(f"{a} {self._devices[a]} and {b} {self._devices[b]} share {shared}")
+                    groups = self.get_node_group(a), self.get_node_group(b)
+                    ranks_of = (
+                        f" (ranks of {a}'s node group {','.join(groups[0])})"
+                        if groups[0] != groups[1]
+                        else ""
+                    )
+                    overlaps.append(
+                        f"{a} {self._devices[a]} and {b} {self._devices[b]} share {shared}{ranks_of}"
+                    )
         if overlaps:
             raise ValueError(
                 "component_placement: neither collocated (actor and rollout on the same accelerators) nor "
