@@ -400,7 +400,7 @@ class PackedPlacementStrategy(PlacementStrategy):
         """See :class:`PlacementStrategy`."""
         if self.end >= num_resources:
             raise ValueError(
-                f"{self!r}: end rank {self.end} is out of range: node group(s) {list(self._labels)} have "
+                f"end rank {self.end} is out of range: node group(s) {list(self._labels)} have "
                 f"{num_resources} resource(s)"
             )
         block = self.num_hardware_per_process * self.stride
