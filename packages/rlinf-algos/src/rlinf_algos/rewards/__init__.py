@@ -1,0 +1,29 @@
+"""Rule-based rewards and the reward registry (RLinf ``rlinf.algorithms.rewards``).
+
+``rlinf_algos.rewards`` imports without optional dependencies. The math reward lives in
+`rlinf_algos.rewards.math` and needs the ``rlinf-algos[math]`` extra (math-verify); it is also reachable as
+``get_reward_class("math")``, which imports it on first use.
+"""
+
+from ._extract import extract_final_answer, extract_reference_answer
+from ._reward_registry import (
+    RewardRegistry,
+    get_reward_class,
+    get_rule_based_reward_class,
+    register_reward,
+    reward_registry,
+)
+from ._searchr1 import SearchR1Reward, normalize_answer, searchr1_score
+
+__all__ = [
+    "RewardRegistry",
+    "SearchR1Reward",
+    "extract_final_answer",
+    "extract_reference_answer",
+    "get_reward_class",
+    "get_rule_based_reward_class",
+    "normalize_answer",
+    "register_reward",
+    "reward_registry",
+    "searchr1_score",
+]
