@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ._config import RESERVED_NODE_GROUP_LABELS, ClusterConfig, NodeGroupConfig
 from ._errors import SchedulerTimeoutError, WorkerFailure
+from ._group import SHUTDOWN_GRACE_S, teardown_workers
 from ._monitor import FailureMonitor
 
 if TYPE_CHECKING:
@@ -410,8 +411,7 @@ class Cluster:
             groups = list(self._groups.values())
         if self._monitor is not None:
             self._monitor.stop()
-        for group in groups:
-            group.shutdown()
+        teardown_workers([h for g in groups for h in g._mark_shut_down()], grace_s=SHUTDOWN_GRACE_S)
         self._disconnect()
 
     def __enter__(self) -> Cluster:

@@ -26,6 +26,11 @@ __all__ = ["GroupCall", "GroupLauncher", "WorkerGroup"]
 DEFAULT_MAX_CONCURRENCY = 32
 """Threads per worker actor: calls that may run at once (e.g. incoming communication while a method blocks)."""
 
+SHUTDOWN_GRACE_S = 5.0
+"""Seconds workers get to release shared memory and pair groups on a planned shutdown."""
+FAILURE_GRACE_S = 1.0
+"""The same after a failure, when the run must end quickly."""
+
 # Names of Worker members that make no sense as remote group calls.
 _NOT_GROUP_METHODS = frozenset({"create_group", "timer"})
 
@@ -257,21 +262,17 @@ class WorkerGroup:
 
     def shutdown(self) -> None:
         """Kill the group's actors (idempotent); later calls on the group raise ``RuntimeError``."""
+        teardown_workers(self._mark_shut_down(), grace_s=SHUTDOWN_GRACE_S)
+
+    def _mark_shut_down(self) -> list[Any]:
+        """Stop watching the group and return the handles still to kill (none if it was already shut down)."""
         with self._lock:
             if self._shut_down:
-                return
+                return []
             self._shut_down = True
             handles = list(self._handles)
         self._cluster._unregister_group(self)
-        for handle in handles:
-            _kill(handle)
-
-    def _kill_for_failure(self) -> None:
-        """Kill the actors after a failure elsewhere, keeping the group registered (calls then raise)."""
-        with self._lock:
-            handles = list(self._handles)
-        for handle in handles:
-            _kill(handle)
+        return handles
 
     def __getattr__(self, method: str) -> _GroupMethod:
         if method.startswith("_"):
@@ -465,6 +466,19 @@ def _failed_rank(group: WorkerGroup, ranks: tuple[int, ...], refs: list[Any], er
             except Exception:
                 return rank
     return -1
+
+
+def teardown_workers(handles: list[Any], *, grace_s: float) -> None:
+    """Let each worker release its communication resources (at most ``grace_s``), then kill it."""
+    refs = []
+    for handle in handles:
+        with contextlib.suppress(Exception):
+            refs.append(handle._rlinf_teardown.remote())
+    if refs:
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=grace_s, fetch_local=False)
+    for handle in handles:
+        _kill(handle)
 
 
 def _kill(handle: Any) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from ._errors import WorkerFailure
+from ._group import FAILURE_GRACE_S, teardown_workers
 
 if TYPE_CHECKING:
     from ._cluster import Cluster
@@ -83,8 +84,7 @@ class FailureMonitor:
             self._failure = failure
             groups = {g for g, _ in self._watches.values()} | set(self._cluster.groups.values())
         _logger.error("rlinf_scheduler: ending the run: %s", failure.describe())
-        for group in groups:
-            group._kill_for_failure()
+        teardown_workers([h for g in groups for h in g.actor_handles], grace_s=FAILURE_GRACE_S)
         if self._interrupt_main:
             timer = threading.Timer(self._grace_s, self._interrupt_if_undelivered)
             timer.daemon = True

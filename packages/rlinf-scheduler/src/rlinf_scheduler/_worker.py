@@ -238,6 +238,10 @@ class Worker(CommMixin):
             self._rlinf_record_failure(method, exc)
             raise
 
+    def _rlinf_teardown(self) -> None:
+        """Release communication resources (shared memory, pair groups) before the actor is killed."""
+        self._comm_close()
+
     def _rlinf_watch(self) -> WorkerFailure:
         """Block until this worker records a failure, then return it (the driver's monitor keeps one pending)."""
         self.__dict__["_rlinf_failed"].wait()

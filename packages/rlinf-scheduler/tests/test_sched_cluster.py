@@ -1,0 +1,173 @@
+"""Cluster on one local Ray node: attach, probe, simulated accelerators, node groups, node ordering rules."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+import ray
+from rlinf_scheduler import (
+    Cluster,
+    ClusterConfig,
+    ClusterView,
+    NodeGroupConfig,
+    NodePlacementStrategy,
+    PackedPlacementStrategy,
+    SchedulerTimeoutError,
+    Worker,
+)
+from rlinf_scheduler._cluster import _order_nodes
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+HEAD = {"node:__internal_head__": 1.0}
+
+
+def _alive(*heads: bool) -> list[dict[str, Any]]:
+    return [
+        {"NodeID": f"n{i}", "Resources": HEAD if h else {}, "NodeManagerPort": i} for i, h in enumerate(heads)
+    ]
+
+
+def _probes(ips: list[str], ranks: list[str | None]) -> list[dict[str, Any]]:
+    return [{"ip": ip, "node_rank": r} for ip, r in zip(ips, ranks, strict=True)]
+
+
+# ------------------------------------------------------------------------------- node ordering (pure, no Ray)
+
+
+def test_order_without_node_ranks_is_head_first_then_by_ip() -> None:
+    alive = _alive(False, False, True, False)
+    probes = _probes(["10.0.0.10", "10.0.0.9", "10.0.0.200", "10.0.0.11"], [None] * 4)
+    assert _order_nodes(alive, probes) == [2, 1, 0, 3]
+
+
+def test_order_by_node_rank_env() -> None:
+    alive = _alive(True, False, False)
+    probes = _probes(["10.0.0.1", "10.0.0.2", "10.0.0.3"], ["2", "0", " 1 "])
+    assert _order_nodes(alive, probes) == [1, 2, 0]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "message"),
+    [
+        (["0", None, "1"], r"RLINF_NODE_RANK is set on 2 of 3 nodes"),
+        (["0", "0", "1"], r"unique and cover 0\.\.2 .* got \[0, 0, 1\]"),
+        (["0", "1", "3"], r"unique and cover 0\.\.2 .* got \[0, 1, 3\]"),
+        (["0", "one", "2"], r"must be an integer, got 'one'"),
+    ],
+)
+def test_bad_node_ranks_are_clear_errors(ranks: list[str | None], message: str) -> None:
+    alive = _alive(True, False, False)
+    probes = _probes(["10.0.0.1", "10.0.0.2", "10.0.0.3"], ranks)
+    with pytest.raises(ValueError, match=message):
+        _order_nodes(alive, probes)
+
+
+def test_config_type_is_checked() -> None:
+    with pytest.raises(TypeError, match="config: expected a ClusterConfig"):
+        Cluster({"num_nodes": 1})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ with a Ray node
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[None]:
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+class EnvReporter(Worker):
+    def env(self, *names: str) -> dict[str, str | None]:
+        return {n: os.environ.get(n) for n in names}
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+@pytest.mark.ray
+def test_cluster_probes_its_node_and_simulates_accelerators(ray_instance: None) -> None:
+    config = ClusterConfig(num_nodes=1, simulated_accelerators_per_node=2)
+    with Cluster(config, simulated_accelerators_per_node=3) as cluster:
+        assert isinstance(cluster, ClusterView)
+        assert cluster.num_nodes == 1 and cluster.num_accelerators == 3
+        assert cluster.accelerator_type == "cpu" and cluster.accelerators_per_node(0) == 3
+        node = cluster.node(0)
+        assert node.rank == 0 and node.is_head
+        assert node.ip == ray.util.get_node_ip_address()
+        assert node.num_cpus == 2 and node.num_accelerators == 3 and node.accelerator_model == "simulated"
+        assert Path(node.python_interpreter).name.startswith("python")
+        assert cluster.namespace.startswith("rlinf-")
+        with pytest.raises(IndexError, match=r"node rank 1 out of range: the cluster has nodes 0\.\.0"):
+            cluster.node(1)
+        group = EnvReporter.create_group().launch(cluster, PackedPlacementStrategy(0, 2), name="acc")
+        assert [
+            e["RLINF_VISIBLE_ACCELERATORS"] for e in group.env("RLINF_VISIBLE_ACCELERATORS").wait(60)
+        ] == [
+            "0",
+            "1",
+            "2",
+        ]
+        assert set(group.node_id().wait(timeout=30)) == {node.node_id}
+    # The cluster attached to this process's Ray connection, so it leaves Ray running.
+    assert ray.is_initialized()
+
+
+@pytest.mark.ray
+def test_without_accelerators_the_nodes_are_the_resources(ray_instance: None) -> None:
+    with Cluster(num_nodes=1, namespace="rlinf-test-explicit-ns") as cluster:
+        assert cluster.namespace == "rlinf-test-explicit-ns"
+        assert cluster.num_accelerators == 0 and cluster.accelerator_type == ""
+        group = EnvReporter.create_group().launch(cluster, NodePlacementStrategy([0, 0]))
+        assert group.name == "EnvReporter"
+        envs = group.env("LOCAL_RANK", "LOCAL_WORLD_SIZE").wait(timeout=60)
+        assert envs == [
+            {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
+            {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+        ]
+        assert ray.get_actor("EnvReporter:1", namespace="rlinf-test-explicit-ns") is not None
+
+
+@pytest.mark.ray
+def test_waiting_for_missing_nodes_times_out_with_the_count(ray_instance: None) -> None:
+    with pytest.raises(SchedulerTimeoutError, match=r"for 3 Ray node\(s\) \(num_nodes=3\) but found 1 alive"):
+        Cluster(num_nodes=3, node_wait_timeout_s=0.5)
+
+
+@pytest.mark.ray
+def test_node_group_env_vars_and_interpreter_reach_workers(ray_instance: None, tmp_path: Path) -> None:
+    wrapper = tmp_path / "python-wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\nexport RLINF_TEST_WRAPPED=yes\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    config = ClusterConfig(
+        num_nodes=1,
+        node_groups=[
+            NodeGroupConfig(
+                label="special",
+                node_ranks=[0],
+                env_vars={"RLINF_TEST_GROUP_VAR": "from-group"},
+                python_interpreter_path=str(wrapper),
+            )
+        ],
+    )
+    names = ("RLINF_TEST_GROUP_VAR", "RLINF_TEST_WRAPPED", "RANK")
+    with Cluster(config) as cluster:
+        grouped = EnvReporter.create_group().launch(cluster, NodePlacementStrategy([0], node_group="special"))
+        assert grouped.env(*names).wait(timeout=120) == [
+            {"RLINF_TEST_GROUP_VAR": "from-group", "RLINF_TEST_WRAPPED": "yes", "RANK": "0"}
+        ]
+        # Placed through the reserved "cluster" group, a worker gets what every group sets on its node.
+        plain = EnvReporter.create_group().launch(cluster, NodePlacementStrategy([0]), name="plain")
+        assert plain.env(*names).wait(timeout=120) == [
+            {"RLINF_TEST_GROUP_VAR": "from-group", "RLINF_TEST_WRAPPED": "yes", "RANK": "0"}
+        ]
