@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -132,3 +133,31 @@ def test_close_stops_workers():
     assert v.worker_pids == []
     with pytest.raises(ProcessLookupError):  # killed and reaped by close()
         os.kill(pid, 0)
+
+
+def test_worker_crash_mid_sample_is_retried_on_a_fresh_worker():
+    # A sample whose worker dies (not a timeout) is retried once: the answer must still come back correct.
+    expanded = "+".join(f"{math.comb(80, k)}x^{{{k}}}" for k in range(80, 0, -1)) + "+1"
+    with MathVerifier(num_workers=1) as v:
+        assert v.verify([r"\boxed{1}"], ["1"], timeout_s=30.0) == [True]
+        (pid,) = v.worker_pids
+        killer = threading.Timer(0.5, os.kill, args=(pid, signal.SIGKILL))
+        killer.start()
+        try:
+            got = v.verify([r"\boxed{(x+1)^{80}}"], [[expanded]], timeout_s=60.0)
+        finally:
+            killer.cancel()
+        assert got == [True]
+        assert v.worker_pids != [pid]
+
+
+def test_pool_created_in_a_short_lived_thread_keeps_working():
+    v = MathVerifier(num_workers=1)
+    try:
+        thread = threading.Thread(target=v.verify, args=([r"\boxed{1}"], ["1"]))
+        thread.start()
+        thread.join(timeout=120)
+        time.sleep(0.2)  # on Linux the workers may die with their creating thread (PR_SET_PDEATHSIG)
+        assert v.verify([r"\boxed{2}", r"\boxed{3}"], ["2", "4"], timeout_s=30.0) == [True, False]
+    finally:
+        v.close()

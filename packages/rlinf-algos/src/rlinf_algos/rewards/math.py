@@ -251,12 +251,12 @@ class MathVerifier:
         self._workers.append(worker)
         return worker
 
-    def _replace(self, worker: _Worker, selector: selectors.BaseSelector) -> None:
-        selector.unregister(worker.fd)
+    def _replace(self, worker: _Worker, call: _Call) -> None:
+        call.selector.unregister(worker.fd)
         worker.kill()
         self._workers.remove(worker)
         new = self._spawn()
-        selector.register(new.fd, selectors.EVENT_READ, new)
+        call.selector.register(new.fd, selectors.EVENT_READ, new)
 
     def _run(self, jobs: list[dict[str, Any]], results: list[bool], timeout_s: float) -> None:
         # Drop workers that died while idle (e.g. killed from outside) before scheduling.
@@ -265,86 +265,95 @@ class MathVerifier:
             self._workers.remove(worker)
         while len(self._workers) < min(self.num_workers, len(jobs)) or not self._workers:
             self._spawn()
-        pending = deque(range(len(jobs)))
-        selector = selectors.DefaultSelector()
+        call = _Call(jobs, results, timeout_s)
         try:
-            self._loop(jobs, pending, results, timeout_s, selector)
+            self._loop(call)
         except BaseException:
             # A failed start-up or an interrupt leaves workers mid-job: stop them all, the next call restarts.
             _shutdown(self._workers)
             raise
         finally:
-            selector.close()
+            call.selector.close()
 
-    def _loop(
-        self,
-        jobs: list[dict[str, Any]],
-        pending: deque[int],
-        results: list[bool],
-        timeout_s: float,
-        selector: selectors.BaseSelector,
-    ) -> None:
+    def _loop(self, call: _Call) -> None:
         for worker in self._workers:
-            selector.register(worker.fd, selectors.EVENT_READ, worker)
-        while pending or any(w.job is not None for w in self._workers):
-            self._dispatch(jobs, pending, results, timeout_s, selector)
+            call.selector.register(worker.fd, selectors.EVENT_READ, worker)
+        while call.pending or any(w.job is not None for w in self._workers):
+            self._dispatch(call)
             now = time.monotonic()
             deadlines = [w.deadline for w in self._workers if w.job is not None]
             deadlines += [w.started_at + self.startup_timeout_s for w in self._workers if not w.ready]
             wait = max(0.0, min(deadlines) - now) if deadlines else None
-            for key, _ in selector.select(wait):
+            for key, _ in call.selector.select(wait):
                 worker = key.data
                 if worker in self._workers:  # not replaced earlier in this round
-                    self._receive(worker, results, selector)
-            self._expire(results, selector)
+                    self._receive(worker, call)
+            self._expire(call)
 
-    def _dispatch(
-        self,
-        jobs: list[dict[str, Any]],
-        pending: deque[int],
-        results: list[bool],
-        timeout_s: float,
-        selector: selectors.BaseSelector,
-    ) -> None:
+    def _dispatch(self, call: _Call) -> None:
         for worker in list(self._workers):
-            if not pending:
+            if not call.pending:
                 return
             if not worker.ready or worker.job is not None:
                 continue
-            index = pending.popleft()
+            index = call.pending.popleft()
             try:
-                worker.send({"id": index, **jobs[index]})
-            except OSError:  # the worker died between jobs: the sample fails, the worker is replaced
-                results[index] = False
-                self._replace(worker, selector)
+                worker.send({"id": index, **call.jobs[index]})
+            except OSError:  # the worker died while idle
+                call.crashed(index)
+                self._replace(worker, call)
                 continue
             worker.job = index
-            worker.deadline = time.monotonic() + timeout_s
+            worker.deadline = time.monotonic() + call.timeout_s
 
-    def _receive(self, worker: _Worker, results: list[bool], selector: selectors.BaseSelector) -> None:
+    def _receive(self, worker: _Worker, call: _Call) -> None:
         messages = worker.read_messages()
         if messages is None:  # EOF: the worker died
             if not worker.ready:
                 raise RuntimeError("a math-verify worker exited during start-up")
-            self._replace(worker, selector)
+            if worker.job is not None:
+                call.crashed(worker.job)
+            self._replace(worker, call)
             return
         for message in messages:
             if "ready" in message:
                 if not message["ready"]:
                     raise RuntimeError(f"a math-verify worker failed to start: {message.get('error')}")
                 worker.ready = True
-            elif message.get("id") == worker.job and worker.job is not None:
-                results[worker.job] = bool(message.get("ok", False))
+            elif worker.job is not None and message.get("id") == worker.job:
+                call.results[worker.job] = bool(message.get("ok", False))
                 worker.job = None
 
-    def _expire(self, results: list[bool], selector: selectors.BaseSelector) -> None:
+    def _expire(self, call: _Call) -> None:
         now = time.monotonic()
         for worker in list(self._workers):
             if worker.job is not None and now >= worker.deadline:
-                results[worker.job] = False
-                self._replace(worker, selector)
+                call.results[worker.job] = False  # over budget: incorrect, and the stuck worker is replaced
+                self._replace(worker, call)
             elif not worker.ready and now >= worker.started_at + self.startup_timeout_s:
                 raise RuntimeError(f"a math-verify worker did not start within {self.startup_timeout_s} s")
+
+
+class _Call:
+    """Scheduling state of one `MathVerifier.verify` call."""
+
+    max_crashes = 2
+
+    def __init__(self, jobs: list[dict[str, Any]], results: list[bool], timeout_s: float) -> None:
+        self.jobs = jobs
+        self.results = results
+        self.timeout_s = timeout_s
+        self.pending = deque(range(len(jobs)))
+        self.selector = selectors.DefaultSelector()
+        self._crashes: dict[int, int] = {}
+
+    def crashed(self, index: int) -> None:
+        """A worker died under ``index`` (not a timeout): retry once on a fresh worker, then give up (False)."""
+        self._crashes[index] = self._crashes.get(index, 0) + 1
+        if self._crashes[index] < self.max_crashes:
+            self.pending.appendleft(index)
+        else:
+            self.results[index] = False
 
 
 _default_verifier: MathVerifier | None = None
