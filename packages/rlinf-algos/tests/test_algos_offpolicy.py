@@ -538,3 +538,34 @@ def test_bad_options_list_allowed_values():
         sac_critic_target(np.zeros(2), q, None, np.zeros(2), gamma=0.9)
     with pytest.raises(ValueError, match="terminations is required"):
         sac_critic_target(np.zeros(2), q, np.zeros(2), None, gamma=0.9)
+
+
+@given(
+    b=st.integers(1, 6),
+    h=st.integers(1, 5),
+    c=st.integers(1, 4),
+    gamma=st.floats(0.0, 1.0),
+    alpha=st.floats(0.0, 2.0),
+    agg=st.sampled_from(["min", "mean"]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None)
+def test_sac_target_property_random_shapes(b, h, c, gamma, alpha, agg, seed):
+    g = np.random.default_rng(seed)
+    r, q, lp = g.normal(size=(b, c)), g.normal(size=(b, h)), g.normal(size=(b, c))
+    term = g.random((b, c)) < 0.3
+    got = sac_critic_target(r, q, lp, term, gamma=gamma, alpha=alpha, agg_q=agg)
+    want = ref_sac_target(
+        r.tolist(),
+        q.tolist(),
+        lp.tolist(),
+        term.tolist(),
+        gamma=gamma,
+        alpha=alpha,
+        agg=agg,
+        backup=True,
+        bootstrap="standard",
+    )
+    np.testing.assert_allclose(got[:, 0], want, rtol=1e-12, atol=1e-12)
+    # gamma = 0: the target is the undiscounted chunk reward sum
+    np.testing.assert_allclose(sac_critic_target(r, q, lp, term, gamma=0.0, alpha=alpha)[:, 0], r.sum(1))
