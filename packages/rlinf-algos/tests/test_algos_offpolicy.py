@@ -569,3 +569,11 @@ def test_sac_target_property_random_shapes(b, h, c, gamma, alpha, agg, seed):
     np.testing.assert_allclose(got[:, 0], want, rtol=1e-12, atol=1e-12)
     # gamma = 0: the target is the undiscounted chunk reward sum
     np.testing.assert_allclose(sac_critic_target(r, q, lp, term, gamma=0.0, alpha=alpha)[:, 0], r.sum(1))
+
+
+def test_soft_target_update_float32_shadow_of_bf16_source():
+    shadow = torch.zeros(4, dtype=torch.float32)
+    online = torch.full((4,), 0.3, dtype=torch.bfloat16)
+    soft_target_update([shadow], [online], tau=0.005)
+    torch.testing.assert_close(shadow, torch.full((4,), 0.005 * float(online[0])), rtol=1e-6, atol=0)
+    assert shadow.dtype == torch.float32

@@ -674,6 +674,8 @@ def soft_target_update(targets: Iterable[Array], sources: Iterable[Array], *, ta
         data = getattr(t, "data", None)
         if data is not None and hasattr(data, "mul_") and hasattr(data, "add_"):
             src = getattr(s, "data", s)
+            if getattr(src, "dtype", data.dtype) != data.dtype and hasattr(src, "to"):
+                src = src.to(data.dtype)  # e.g. a float32 shadow of bf16 online weights (RLinf DSRL)
             if tau == 1.0:
                 data.copy_(src)
             else:
