@@ -19,6 +19,7 @@ import datetime
 import itertools
 import pickle
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -74,34 +75,58 @@ def _finished_work(result: Any = None) -> Work:
     return Work(lambda _t: result, lambda: True)
 
 
+class _Slot:
+    """One pending receive: ``msg`` is filled in when a message is assigned to it."""
+
+    __slots__ = ("msg",)
+
+    def __init__(self) -> None:
+        self.msg: tuple[Any, ...] | None = None
+
+
 class _Inbox:
-    """Messages from one peer on one stream, released to receivers in sequence order."""
+    """Messages from one peer on one stream: reordered by sequence number, handed to receives in call order."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.messages: dict[int, tuple[Any, ...]] = {}
-        self.next_ticket = 0
+        self.early: dict[int, tuple[Any, ...]] = {}
+        self.next_seq = 0
+        self.ready: deque[tuple[Any, ...]] = deque()
+        self.waiting: deque[_Slot] = deque()
 
-    def ticket(self) -> int:
-        with self.cond:
-            t = self.next_ticket
-            self.next_ticket += 1
-            return t
+    def _assign(self) -> None:
+        while self.waiting and self.ready:
+            self.waiting.popleft().msg = self.ready.popleft()
 
     def put(self, seq: int, msg: tuple[Any, ...]) -> None:
         with self.cond:
-            self.messages[seq] = msg
+            self.early[seq] = msg
+            while self.next_seq in self.early:
+                self.ready.append(self.early.pop(self.next_seq))
+                self.next_seq += 1
+            self._assign()
             self.cond.notify_all()
 
-    def take(self, seq: int, timeout: float | None, what: str) -> tuple[Any, ...]:
+    def reserve(self) -> _Slot:
+        slot = _Slot()
         with self.cond:
-            if not self.cond.wait_for(lambda: seq in self.messages, timeout):
-                raise TimeoutError(f"{what}: no message after {timeout} s")
-            return self.messages.pop(seq)
+            self.waiting.append(slot)
+            self._assign()
+        return slot
 
-    def has(self, seq: int) -> bool:
+    def take(self, slot: _Slot, timeout: float | None, what: str) -> tuple[Any, ...]:
         with self.cond:
-            return seq in self.messages
+            if not self.cond.wait_for(lambda: slot.msg is not None, timeout):
+                raise TimeoutError(f"{what}: no message after {timeout} s")
+            assert slot.msg is not None
+            return slot.msg
+
+    def cancel(self, slot: _Slot) -> tuple[Any, ...] | None:
+        """Withdraw a receive that timed out; returns a message assigned to it in the meantime."""
+        with self.cond:
+            if slot.msg is None:
+                self.waiting.remove(slot)
+            return slot.msg
 
 
 class _CommState:
@@ -288,17 +313,11 @@ class CommMixin:
             dst_group_name: the receiver's group name.
             dst_rank: the receiver's rank in its group.
         """
-        self.isend(obj, dst_group_name, dst_rank).wait()
+        self._comm_isend(obj, dst_group_name, dst_rank).wait()
 
     def isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
         """Non-blocking ``send``: returns a ``Work`` whose ``wait()`` returns ``None`` once the data has left."""
-        peer = _peer(dst_group_name, dst_rank, "destination")
-        st = self._comm()
-        if peer == st.me:
-            raise ValueError(f"a worker cannot send to itself: {peer}")
-        enc = tp.encode(obj)
-        seq = st.next_seq(peer, _P2P)
-        return self._comm_transmit(enc, [peer], _P2P, [seq])
+        return self._comm_isend(obj, dst_group_name, dst_rank)
 
     def recv(self, src_group_name: str, src_rank: int, *, timeout: float | None = None) -> Any:
         """Receive the next object sent to this worker by ``(src_group_name, src_rank)`` (FIFO per sender).
@@ -314,7 +333,8 @@ class CommMixin:
         Raises:
             TimeoutError: nothing arrived within ``timeout``.
         """
-        return self.irecv(src_group_name, src_rank).wait(timeout)
+        peer = _peer(src_group_name, src_rank, "source")
+        return self._comm_receive(peer, _P2P, cancel_on_timeout=True).wait(timeout)
 
     def irecv(self, src_group_name: str, src_rank: int) -> Work:
         """Non-blocking ``recv``: reserves the next message from the sender; ``Work.wait()`` returns it."""
@@ -357,7 +377,7 @@ class CommMixin:
         if st.me not in members:
             raise ValueError(f"this worker {st.me} is not among the broadcast groups {groups!r}")
         if st.me != src_key:
-            return self._comm_receive(src_key, _BCAST).wait(timeout)
+            return self._comm_receive(src_key, _BCAST, cancel_on_timeout=True).wait(timeout)
         receivers = [m for m in members if m != st.me]
         if receivers:
             enc = tp.encode(obj)
@@ -366,6 +386,15 @@ class CommMixin:
         return obj
 
     # ------------------------------------------------------------------------------------------ internals
+
+    def _comm_isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
+        peer = _peer(dst_group_name, dst_rank, "destination")
+        st = self._comm()
+        if peer == st.me:
+            raise ValueError(f"a worker cannot send to itself: {peer}")
+        enc = tp.encode(obj)
+        seq = st.next_seq(peer, _P2P)
+        return self._comm_transmit(enc, [peer], _P2P, [seq])
 
     def _comm_transmit(self, enc: tp.Encoded, peers: list[PeerKey], stream: str, seqs: list[int]) -> Work:
         st = self._comm()
@@ -410,19 +439,25 @@ class CommMixin:
 
         return Work(wait, lambda: all(w.is_completed() for w in works))
 
-    def _comm_receive(self, peer: PeerKey, stream: str) -> Work:
+    def _comm_receive(self, peer: PeerKey, stream: str, *, cancel_on_timeout: bool = False) -> Work:
         st = self._comm()
         box = st.inbox(peer, stream)
-        seq = box.ticket()
+        slot = box.reserve()
         what = f"{st.me} waiting for {'broadcast' if stream == _BCAST else 'message'} from {peer}"
 
         def wait(timeout: float | None) -> Any:
-            msg = box.take(seq, timeout, what)
+            try:
+                msg = box.take(slot, timeout, what)
+            except TimeoutError:
+                # A blocking recv that timed out consumes nothing; an irecv stays first in line.
+                late = box.cancel(slot) if cancel_on_timeout else None
+                if late is None:
+                    raise
+                msg = late
             return _decode(st, peer, msg)
 
         def done() -> bool:
-            with box.cond:
-                msg = box.messages.get(seq)
+            msg = slot.msg
             return msg is not None and (msg[0] != "gloo-posted" or msg[3].is_completed())
 
         return Work(wait, done)

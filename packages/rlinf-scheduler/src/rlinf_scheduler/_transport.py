@@ -40,7 +40,7 @@ _MAX_SLOTS = _HEADER - 64
 #: Payloads whose buffers total fewer bytes than this travel inline in the control message.
 INLINE_LIMIT = 256 * 1024
 #: The sender keeps at most this many *free* bytes cached in its segment pool.
-_POOL_FREE_BYTES = 1 << 31
+_POOL_FREE_BYTES = 1 << 29
 
 
 def _align(n: int) -> int:
@@ -272,6 +272,11 @@ class SegmentPool:
             best.nslots = nslots
             self._trim()
             return best
+
+    def find(self, seg_id: bytes) -> _Segment | None:
+        """The live segment with id ``seg_id``, if any."""
+        with self._lock:
+            return next((s for s in self._segments if s.seg_id == seg_id), None)
 
     def _create(self, capacity: int) -> _Segment:
         fd = os.memfd_create("rlinf-shm", os.MFD_CLOEXEC)
