@@ -2,7 +2,9 @@
 
 from importlib.metadata import version as _version
 
+from ._channel import DEFAULT_KEY, Channel, Empty, Full
 from ._cluster import Cluster, NodeInfo
+from ._comm import CommMixin, Work
 from ._component_placement import (
     ComponentPlacement,
     HybridComponentPlacement,
@@ -27,11 +29,16 @@ from ._worker import Worker, WorkerContext, timed
 __version__ = _version("rlinf-scheduler")
 
 __all__ = [
+    "DEFAULT_KEY",
+    "Channel",
     "Cluster",
     "ClusterConfig",
     "ClusterView",
+    "CommMixin",
     "ComponentPlacement",
+    "Empty",
     "FlexiblePlacementStrategy",
+    "Full",
     "GroupCall",
     "GroupLauncher",
     "HybridComponentPlacement",
@@ -46,6 +53,7 @@ __all__ = [
     "PlacementStrategy",
     "SchedulerTimeoutError",
     "StaticClusterView",
+    "Work",
     "Worker",
     "WorkerContext",
     "WorkerFailedError",
