@@ -18,6 +18,7 @@ sympy + latex2sympy2): scores can differ on edge cases where the two verifiers d
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
@@ -128,22 +129,24 @@ class _Worker:
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # unflushed bytes to a dead pipe
+                    stream.close()
 
-    def close(self, grace_s: float = 1.0) -> None:
-        stdin = self.proc.stdin
-        try:
-            if stdin is not None:
-                stdin.close()  # EOF: an idle worker exits on its own
-            self.proc.wait(timeout=grace_s)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
+    def request_exit(self) -> None:
+        """Close stdin: an idle worker exits on its own at EOF."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
 
-def _shutdown(workers: list[_Worker]) -> None:
+def _shutdown(workers: list[_Worker], grace_s: float = 1.0) -> None:
     for worker in workers:
-        worker.close()
+        worker.request_exit()
+    deadline = time.monotonic() + grace_s
+    for worker in workers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        worker.kill()
     workers.clear()
 
 
