@@ -41,9 +41,10 @@ def right_padded_mask(g: np.random.Generator, length: int, batch: int) -> np.nda
 @pytest.mark.parametrize("critic", [True, False])
 @pytest.mark.parametrize("with_dones", [True, False])
 @pytest.mark.parametrize("normalize", [True, False])
-def test_gae_matches_loop_reference(critic: bool, with_dones: bool, normalize: bool) -> None:
+@pytest.mark.parametrize("T", [1, 13, 70])  # 70 spans three scan blocks
+def test_gae_matches_loop_reference(critic: bool, with_dones: bool, normalize: bool, T: int) -> None:
     g = rng(1)
-    T, B = 13, 6
+    B = 6
     r = g.normal(size=(T, B)).astype(np.float32)
     v = g.normal(size=(T + 1, B)).astype(np.float32) if critic else None
     d = (g.random((T + 1, B)) < 0.2) if with_dones else None

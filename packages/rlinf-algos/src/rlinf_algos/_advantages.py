@@ -97,6 +97,41 @@ def reverse_scan(xp: Any, x: Array, carry: Array | float | None, *, keep_all: bo
     return xp.stack(out, axis=0)
 
 
+SCAN_BLOCK_ELEMENTS = 32768
+"""Target size of one time block in :func:`gae` (``rows * B``): 128 KiB of float32 stays cache-resident, and
+torch runs element-wise ops this small on one thread, so no intra-op synchronisation is paid per block."""
+
+SCAN_BLOCK_MAX_ROWS = 64
+"""Upper bound on the rows of one time block (small ``B``)."""
+
+
+def _scan_block(xp: Any, x: Array, carry: Array | float | None, acc: Array | None) -> tuple[Array, Array]:
+    """``reverse_scan`` over one block, continuing from ``acc`` (the value of the step after the block)."""
+    x_rows = _rows(xp, x)
+    c_rows = _rows(xp, carry) if carry is not None and not isinstance(carry, int | float) else None
+    n = len(x_rows)
+    out: list[Array] = [None] * n
+    for t in range(n - 1, -1, -1):
+        if acc is None:
+            acc = x_rows[t]  # RLinf: delta + decay * 0
+        elif c_rows is not None:
+            acc = x_rows[t] + c_rows[t] * acc
+        elif carry is None:
+            acc = x_rows[t] + acc
+        else:
+            acc = x_rows[t] + carry * acc
+        out[t] = acc
+    assert acc is not None
+    return xp.stack(out, axis=0), acc
+
+
+def _concat_reversed(xp: Any, blocks: list[Array]) -> Array:
+    """Blocks collected newest-first, joined in time order (no copy for a single block)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    return xp.concat(blocks[::-1], axis=0)
+
+
 def gae(
     rewards: Array,
     values: Array | None = None,
@@ -151,30 +186,41 @@ def gae(
     critic_free = values is None
     if critic_free:
         gamma = gae_lambda = 1.0
-    # Hoisted whole-array terms: the loop below only does one multiply-add per step.
-    not_done = None if dones is None else as_float(xp, ~to_bool(xp, dones[1:, ...]), like=rewards)
-    if critic_free:
-        delta = rewards
-    else:
-        assert values is not None
-        next_values = gamma * values[1:, ...]
+    rewards = as_float(xp, rewards)
+    decay = gamma * gae_lambda
+    # The time axis is processed in blocks of ~SCAN_BLOCK_ELEMENTS entries, newest first: every whole-block term
+    # (TD errors, decays, returns) is computed while the block is cache-resident, so each input is read
+    # once and each output written once, and the per-step loop is one multiply-add on a [B] row.
+    adv_blocks: list[Array] = []
+    ret_blocks: list[Array] = []
+    acc: Array | None = None
+    block = max(1, min(SCAN_BLOCK_MAX_ROWS, SCAN_BLOCK_ELEMENTS // max(batch, 1)))
+    for stop in range(n_steps, 0, -block):
+        start = max(0, stop - block)
+        not_done = (
+            None
+            if dones is None
+            else as_float(xp, ~to_bool(xp, dones[start + 1 : stop + 1, ...]), like=rewards)
+        )
+        carry: Array | float | None = (
+            decay * not_done if not_done is not None else (None if decay == 1.0 else decay)
+        )
+        if values is None:
+            acc_blk, acc = _scan_block(xp, rewards[start:stop, ...], carry, acc)
+            ret_blocks.append(acc_blk)
+            continue
+        v_blk = values[start:stop, ...]
+        next_values = gamma * values[start + 1 : stop + 1, ...]
         if not_done is not None:
             next_values = next_values * not_done
-        delta = (rewards + next_values) - values[:-1, ...]
-    decay = gamma * gae_lambda
-    carry: Array | float | None = (
-        decay * not_done if not_done is not None else (None if decay == 1.0 else decay)
-    )
-    acc = reverse_scan(xp, delta, carry)
-
-    if critic_free:
-        returns = acc
-        advantages = returns
-    else:
-        assert values is not None
-        returns = acc + values[:-1, ...]
+        # Same operation order as RLinf: (r + γ·V'·(1-d)) - V, then A + γλ·(1-d)·A'.
+        acc_blk, acc = _scan_block(xp, (rewards[start:stop, ...] + next_values) - v_blk, carry, acc)
+        ret_blk = acc_blk + v_blk
+        ret_blocks.append(ret_blk)
         # Recomputed as RLinf does (returns - V), which is not bit-identical to ``acc`` in floating point.
-        advantages = returns - values[:-1, ...]
+        adv_blocks.append(ret_blk - v_blk)
+    returns = _concat_reversed(xp, ret_blocks)
+    advantages = returns if critic_free else _concat_reversed(xp, adv_blocks)
     if normalize_advantages:
         advantages = safe_normalize(advantages, loss_mask)
     if normalize_returns:
