@@ -83,6 +83,16 @@ def test_length_mismatch_and_empty(verifier):
     assert verifier.verify([], []) == []
 
 
+def test_numeric_references_are_accepted(verifier):
+    assert verifier.verify(
+        [r"\boxed{42}", r"\boxed{2.5}", r"\boxed{3}"], [42, [2.5, "x"], (4,)], timeout_s=30.0
+    ) == [
+        True,
+        True,
+        False,
+    ]
+
+
 def test_pathological_sample_times_out_to_false_quickly(verifier):
     verifier.verify([r"\boxed{1}"], [["1"]], timeout_s=30.0)  # warm: both workers ready
     pids_before = set(verifier.worker_pids)

@@ -39,7 +39,10 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
 
 from ._extract import extract_final_answer, extract_reference_answer
 
-__all__ = ["MathReward", "MathVerifier", "math_verify_call", "verify_math_answer"]
+__all__ = ["MathReward", "MathVerifier", "SampleReferences", "math_verify_call", "verify_math_answer"]
+
+SampleReferences = str | float | Sequence[str | float]
+"""The accepted answers of one sample: a single answer (string or number) or a sequence of them."""
 
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 
@@ -150,6 +153,13 @@ def _shutdown(workers: list[_Worker], grace_s: float = 1.0) -> None:
     workers.clear()
 
 
+def _reference_list(references: object) -> list[str]:
+    """One sample's references as strings: a lone answer (``"3"``, ``3``) or any sequence of answers."""
+    if isinstance(references, str | bytes) or not isinstance(references, Sequence):
+        return [str(references)]
+    return [str(r) for r in references]
+
+
 def _worker_env() -> dict[str, str]:
     env = dict(os.environ)
     # Make the worker import this very copy of rlinf_algos even when it is not installed (PYTHONPATH runs).
@@ -210,7 +220,7 @@ class MathVerifier:
     def verify(
         self,
         responses: Sequence[str],
-        references: Sequence[str | Sequence[str]],
+        references: Sequence[SampleReferences],
         *,
         timeout_s: float = 10.0,
     ) -> list[bool]:
@@ -218,7 +228,7 @@ class MathVerifier:
 
         Args:
             responses: ``[B]`` decoded outputs.
-            references: ``[B]`` references per response (a string or a list; ANY match counts).
+            references: ``[B]`` references per response (a string, a number or a list; ANY match counts).
             timeout_s: wall-clock budget of one sample on a worker; a sample over budget is False.
 
         Returns:
@@ -235,7 +245,7 @@ class MathVerifier:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         jobs = [
-            {"response": str(r), "references": [ref] if isinstance(ref, str) else [str(x) for x in ref]}
+            {"response": str(r), "references": _reference_list(ref)}
             for r, ref in zip(responses, references, strict=True)
         ]
         results = [False] * len(jobs)
@@ -374,7 +384,7 @@ def _get_default_verifier() -> MathVerifier:
 
 def math_verify_call(
     responses: Sequence[str],
-    references: Sequence[str | Sequence[str]],
+    references: Sequence[SampleReferences],
     timeout: float = 10.0,
 ) -> list[bool]:
     """RLinf's ``math_verify_call``: per response, whether its final answer matches ANY reference.
@@ -428,7 +438,7 @@ class MathReward:
         self.timeout_s = float(timeout_s)
         self._verifier = verifier
 
-    def get_reward(self, responses: Sequence[str], references: Sequence[str | Sequence[str]]) -> list[float]:
+    def get_reward(self, responses: Sequence[str], references: Sequence[SampleReferences]) -> list[float]:
         """Score each response.
 
         Args:
