@@ -540,13 +540,17 @@ def compute_decoupled_ppo_actor_loss(
         pg_loss = _scalar(xp, 0.0, logprobs)
 
     d_prox, d_lp, d_old = stop_gradient(prox), stop_gradient(logprobs), stop_gradient(old_logprobs)
-    clip_frac = xp.count_nonzero((stop_gradient(loss1) < stop_gradient(loss2)) & bmask) / count
+
+    def fraction(m: Array) -> Array:
+        return xp.astype(xp.count_nonzero(m), logprobs.dtype) / count
+
+    clip_frac = fraction((stop_gradient(loss1) < stop_gradient(loss2)) & bmask)
     metrics: Metrics = {
         "actor/policy_loss": stop_gradient(pg_loss),
         "actor/proximal_ratio": masked_mean(stop_gradient(prox_ratio), bmask),
         "actor/clipped_proximal_ratio": masked_mean(stop_gradient(clipped), bmask),
-        "actor/clip_fraction": xp.astype(clip_frac, logprobs.dtype),
-        "actor/dual_clip_fraction": xp.astype(xp.count_nonzero(dual_mask & bmask) / count, logprobs.dtype),
+        "actor/clip_fraction": clip_frac,
+        "actor/dual_clip_fraction": fraction(dual_mask & bmask),
         "actor/behav_clip_fraction": _scalar(xp, 1.0 - behav_count / count, logprobs),
         "actor/proximal_approx_kl": -xp.sum(xp.where(bmask, d_lp - d_prox, 0.0)) / count,
         "actor/behav_approx_kl": -xp.sum(xp.where(behav_mask, d_prox - d_old, 0.0)) / behav_count,
