@@ -86,12 +86,30 @@ class GroupLauncher:
         return group
 
 
+def group_methods(worker_cls: type[Worker]) -> frozenset[str]:
+    """Names callable on a group: public plain functions of the class (not static/class methods)."""
+    return _group_methods(worker_cls)
+
+
+@functools.cache
+def _group_methods(worker_cls: type[Worker]) -> frozenset[str]:
+    return frozenset(
+        name
+        for name in dir(worker_cls)
+        if not name.startswith("_")
+        and name not in _NOT_GROUP_METHODS
+        and inspect.isfunction(inspect.getattr_static(worker_cls, name, None))
+    )
+
+
 @functools.cache
 def _actor_class(worker_cls: type[Worker]) -> Any:
     """The Ray actor class for ``worker_cls``: a subclass whose ``__init__`` installs the context first.
 
-    ``async def`` methods are wrapped into sync ones (each runs its own event loop), because one coroutine
-    method would turn the whole actor into a single-threaded asyncio actor.
+    Each group method is overridden by a wrapper that records a raise as the worker's failure (so the driver's
+    monitor learns of it even if nobody waits on the call). ``async def`` methods become sync ones that run
+    their own event loop, because one coroutine method would turn the whole actor into a single-threaded
+    asyncio actor. The user's class itself is left untouched.
     """
 
     def __init__(
@@ -105,23 +123,31 @@ def _actor_class(worker_cls: type[Worker]) -> Any:
             raise
 
     members: dict[str, Any] = {"__init__": __init__}
-    for attr_name in dir(worker_cls):
-        attr = inspect.getattr_static(worker_cls, attr_name, None)
-        if inspect.iscoroutinefunction(attr):
-            members[attr_name] = _sync_wrapper(attr)
+    for name in dir(worker_cls):
+        attr = inspect.getattr_static(worker_cls, name, None)
+        if name in _group_methods(worker_cls) or inspect.iscoroutinefunction(attr):
+            members[name] = _recording_wrapper(attr, name)
     members["__module__"] = __name__
     members["__qualname__"] = f"_actor_class.<locals>.{worker_cls.__name__}"
     return ray.remote(type(worker_cls.__name__, (worker_cls,), members))
 
 
-def _sync_wrapper(coro_fn: Any) -> Any:
-    @functools.wraps(coro_fn)
-    def run(self: Worker, *args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(coro_fn(self, *args, **kwargs))
+def _recording_wrapper(fn: Any, name: str) -> Any:
+    is_coroutine = inspect.iscoroutinefunction(fn)
 
-    # functools.wraps copies the coroutine marker on 3.12+; make sure Ray sees a plain function.
-    run.__dict__.pop("_is_coroutine_marker", None)
-    return run
+    @functools.wraps(fn)
+    def method(self: Worker, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if is_coroutine:
+                return asyncio.run(fn(self, *args, **kwargs))
+            return fn(self, *args, **kwargs)
+        except BaseException as exc:
+            self._rlinf_record_failure(name, exc)
+            raise
+
+    # functools.wraps copies a coroutine marker set by inspect.markcoroutinefunction; Ray must see a plain function.
+    method.__dict__.pop("_is_coroutine_marker", None)
+    return method
 
 
 class WorkerGroup:
@@ -293,18 +319,11 @@ class WorkerGroup:
             return list(self._handles)
 
     def _check_method(self, method: str) -> None:
-        attr = inspect.getattr_static(self._worker_cls, method, None)
-        if method.startswith("_") or method in _NOT_GROUP_METHODS or not callable(attr):
-            public = sorted(
-                n
-                for n in dir(self._worker_cls)
-                if not n.startswith("_")
-                and n not in _NOT_GROUP_METHODS
-                and callable(inspect.getattr_static(self._worker_cls, n, None))
-            )
+        methods = _group_methods(self._worker_cls)
+        if method not in methods:
             raise AttributeError(
                 f"{self._worker_cls.__name__} has no public method {method!r} to call on group {self._name!r}; "
-                f"callable: {public}"
+                f"callable: {sorted(methods)}"
             )
 
     def _call(
@@ -312,7 +331,7 @@ class WorkerGroup:
     ) -> GroupCall:
         self._check_method(method)
         handles = self._live_handles()
-        refs = [handles[r]._rlinf_call.remote(method, args, kwargs) for r in ranks]
+        refs = [getattr(handles[r], method).remote(*args, **kwargs) for r in ranks]
         return GroupCall(self, method, ranks, refs)
 
 

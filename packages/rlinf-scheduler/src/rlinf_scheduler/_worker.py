@@ -230,14 +230,6 @@ class Worker(CommMixin):
             self.__dict__["_rlinf_failure"] = failure
         self.__dict__["_rlinf_failed"].set()
 
-    def _rlinf_call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run a public method for a group call; a raise is recorded as the worker's failure."""
-        try:
-            return getattr(self, method)(*args, **kwargs)
-        except BaseException as exc:
-            self._rlinf_record_failure(method, exc)
-            raise
-
     def _rlinf_teardown(self) -> None:
         """Release communication resources (shared memory, pair groups) before the actor is killed."""
         self._comm_close()
