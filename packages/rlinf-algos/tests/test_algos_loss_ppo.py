@@ -434,3 +434,34 @@ def test_default_aggregator_is_masked_mean():
         lp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.2, loss_agg_func=masked_mean
     )
     assert float(a) == float(b)
+
+
+def test_float_mask_equals_bool_mask():
+    lp, old, adv, mask = make(17, (5, 6))
+    a, ma = compute_ppo_actor_loss(t(lp), t(old), t(adv), t(mask), clip_ratio_low=0.2, clip_ratio_high=0.2)
+    b, mb = compute_ppo_actor_loss(
+        t(lp), t(old), t(adv), t(mask.astype(np.float32)), clip_ratio_low=0.2, clip_ratio_high=0.2
+    )
+    assert a.item() == b.item()
+    assert {k: v.item() for k, v in ma.items()} == {k: v.item() for k, v in mb.items()}
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 4), cols=st.integers(1, 7))
+def test_property_wide_clip_range_is_plain_surrogate(seed, rows, cols):
+    """With clip bounds that never bind the loss is the importance-weighted surrogate -mean(A·r)."""
+    lp, old, adv, mask = make(seed, (rows, cols))
+    loss, metrics = compute_ppo_actor_loss(lp, old, adv, mask, clip_ratio_low=1.0, clip_ratio_high=1e9)
+    ratio = np.exp(lp.astype(np.float64) - old)
+    np.testing.assert_allclose(float(loss), ref.masked_mean_ref(-adv * ratio, mask), rtol=1e-5, atol=1e-6)
+    assert float(metrics["actor/clip_fraction"]) == 0.0
+
+
+@FAST
+@given(seed=st.integers(0, 2**16), n=st.integers(2, 30))
+def test_property_perfect_critic_explains_all_variance(seed, n):
+    g = np.random.default_rng(seed)
+    ret = g.normal(size=(n, 1)).astype(np.float32)
+    ret[0, 0] += 1.0  # non-constant returns
+    _, m = compute_ppo_critic_loss(ret, ret, ret, value_clip=0.2, huber_delta=1.0)
+    assert float(compute_critic_explained_variance_from_stats(m)) == pytest.approx(1.0, abs=1e-4)
