@@ -2,6 +2,8 @@
 
 from importlib.metadata import version as _version
 
+from ._config import ActorConfig, OptimConfig
+
 __version__ = _version("rlinf-models")
 
-__all__ = ["__version__"]
+__all__ = ["ActorConfig", "OptimConfig", "__version__"]

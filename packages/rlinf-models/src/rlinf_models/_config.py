@@ -1,0 +1,58 @@
+"""``actor:`` — the training-side configuration (key names follow the original RLinf)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+from attrs import validators as v
+
+from .policies import PolicyConfig
+
+__all__ = ["ActorConfig", "OptimConfig"]
+
+
+def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"'{attr.name}' must be > 0 or null: {value}")
+
+
+@attrs.frozen(kw_only=True)
+class OptimConfig:
+    """Adam(W) settings (config ``actor.optim``)."""
+
+    lr: float = attrs.field(default=3e-4, validator=v.gt(0.0))
+    value_lr: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Learning rate of the critic parameters (default: ``lr``)."""
+    adam_beta1: float = attrs.field(default=0.9, validator=[v.ge(0.0), v.lt(1.0)])
+    adam_beta2: float = attrs.field(default=0.999, validator=[v.ge(0.0), v.lt(1.0)])
+    adam_eps: float = attrs.field(default=1e-8, validator=v.gt(0.0))
+    weight_decay: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    clip_grad: float | None = attrs.field(default=0.5, validator=_positive_or_none)
+    """Max global gradient norm (null: no clipping)."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """``linear`` decays both learning rates to 0 over ``runner.max_steps`` training steps."""
+
+
+@attrs.frozen(kw_only=True)
+class ActorConfig:
+    """The actor (training) component (config ``actor``)."""
+
+    model: PolicyConfig = attrs.field(factory=PolicyConfig)
+    optim: OptimConfig = attrs.field(factory=OptimConfig)
+    global_batch_size: int = attrs.field(default=256, validator=v.ge(1))
+    """Samples per optimizer step, over all actor ranks."""
+    micro_batch_size: int = attrs.field(default=256, validator=v.ge(1))
+    """Samples per forward/backward on one rank (gradient accumulation up to the global batch)."""
+    seed: int = 1234
+    training_backend: Literal["fsdp"] = "fsdp"
+    """FSDP2 (``fully_shard``) when the actor group has more than one rank; plain torch for one rank."""
+    enable_offload: bool = False
+    """Move parameters and optimizer state to CPU between training phases (collocated GPU runs)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.global_batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"actor.global_batch_size ({self.global_batch_size}) must be a multiple of "
+                f"actor.micro_batch_size ({self.micro_batch_size})"
+            )
