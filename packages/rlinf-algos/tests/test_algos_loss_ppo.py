@@ -465,3 +465,21 @@ def test_property_perfect_critic_explains_all_variance(seed, n):
     ret[0, 0] += 1.0  # non-constant returns
     _, m = compute_ppo_critic_loss(ret, ret, ret, value_clip=0.2, huber_delta=1.0)
     assert float(compute_critic_explained_variance_from_stats(m)) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_critic_ignores_loss_agg_func_like_rlinf():
+    """RLinf's Megatron critic passes loss_agg_func; the critic loss always uses the token mean."""
+    g = np.random.default_rng(18)
+    v, ret = g.normal(size=(4, 6)).astype(np.float32), g.normal(size=(4, 6)).astype(np.float32)
+    mask = g.random((4, 6)) < 0.6
+    a, _ = compute_ppo_critic_loss(v, ret, v, mask, value_clip=0.2, huber_delta=10000.0)
+    b, _ = compute_ppo_critic_loss(
+        v,
+        ret,
+        v,
+        mask,
+        value_clip=0.2,
+        huber_delta=10000.0,
+        loss_agg_func=get_loss_agg_func("seq-mean-token-sum"),
+    )
+    assert float(a) == float(b)

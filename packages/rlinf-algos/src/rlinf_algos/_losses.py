@@ -332,6 +332,7 @@ def compute_ppo_critic_loss(
     huber_delta: float,
     max_episode_steps: int | float | None = None,
     loss_mask_sum: Array | None = None,
+    loss_agg_func: LossAggFn | None = None,
 ) -> tuple[Array, Metrics]:
     """Clipped Huber value loss ``max(huber(R - V), huber(R - V_clip))`` (RLinf ``compute_ppo_critic_loss``).
 
@@ -348,6 +349,7 @@ def compute_ppo_critic_loss(
         huber_delta: Huber switch point.
         max_episode_steps: embodied episode limit (with ``loss_mask`` and ``loss_mask_sum``: ratio mean).
         loss_mask_sum: embodied valid-length counts, broadcastable to ``values``.
+        loss_agg_func: accepted and IGNORED, as in RLinf (its Megatron critic passes one).
 
     Returns:
         ``(loss, metrics)`` with ``critic/value_loss``, ``critic/value_clip_ratio`` and the five
@@ -363,6 +365,7 @@ def compute_ppo_critic_loss(
     check_same_shape(values=values, returns=returns, prev_values=prev_values)
     check_broadcast_to("loss_mask", loss_mask, "values", values)
     check_broadcast_to("loss_mask_sum", loss_mask_sum, "values", values)
+    del loss_agg_func  # RLinf's critic always token-means (or ratio-means) its loss
     ratio_w = _mask_ratio(loss_mask, loss_mask_sum, max_episode_steps)
 
     v_clipped = prev_values + xp.clip(values - prev_values, min=-value_clip, max=value_clip)
