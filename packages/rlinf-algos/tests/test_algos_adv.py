@@ -6,6 +6,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+import array_api_strict as xs
 import numpy as np
 import pytest
 import torch
@@ -349,6 +350,19 @@ def test_numpy_equals_torch(name: str) -> None:
     for a, b in zip(outs_np, outs_t, strict=True):
         assert isinstance(a, np.ndarray) and isinstance(b, torch.Tensor)
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gae", "grpo", "grpo_video", "grpo_dynamic", "reinpp", "opd", "raw"])
+def test_strict_array_api_namespace_equals_numpy(name: str) -> None:
+    fn, args = _all_calls(rng(12))[name]
+    out_np = fn(args)
+    out_xs = fn(tuple(xs.asarray(a) for a in args))
+    outs_np = out_np if isinstance(out_np, tuple) else (out_np,)
+    outs_xs = out_xs if isinstance(out_xs, tuple) else (out_xs,)
+    strict_array = type(xs.asarray(0.0))
+    for a, b in zip(outs_np, outs_xs, strict=True):
+        assert isinstance(b, strict_array)
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["gae", "grpo", "grpo_video", "grpo_dynamic", "reinpp", "opd", "raw"])

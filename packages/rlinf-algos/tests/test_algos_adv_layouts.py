@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import array_api_strict as xs
 import numpy as np
 import pytest
 import torch
@@ -233,3 +234,33 @@ def test_reasoning_postprocess_transposes_to_contiguous() -> None:
     assert ret is not None and ret.is_contiguous() and torch.equal(ret, 2 * x.T)
     adv_np, none = postprocess_reasoning_advantages_outputs(x.numpy())
     assert none is None and np.array_equal(adv_np, x.numpy().T)
+
+
+def test_layout_helpers_work_on_a_strict_array_api_namespace() -> None:
+    g = rng(4)
+    T, E, C = 4, 6, 2
+    rewards = g.normal(size=(T, E, C)).astype(np.float32)
+    dones = g.random((T + 1, E, C)) < 0.2
+    mask, mask_sum = compute_loss_mask(xs.asarray(dones))
+    ref_mask, ref_sum = ref.compute_loss_mask(dones)
+    np.testing.assert_array_equal(np.asarray(mask), ref_mask)
+    np.testing.assert_array_equal(np.asarray(mask_sum), ref_sum)
+    pre = preprocess_embodied_advantages_inputs(
+        xs.asarray(rewards), xs.asarray(dones), loss_mask=mask, reward_type="action_level"
+    )
+    np.testing.assert_allclose(np.asarray(pre.rewards), ref.flatten_embodied(rewards, T * C))
+    scores = calculate_scores(pre.rewards, pre.dones, group_size=3)
+    np.testing.assert_allclose(
+        np.asarray(scores), ref.calculate_scores(np.asarray(pre.rewards), np.asarray(pre.dones), 3), rtol=1e-5
+    )
+    adv, _ = postprocess_embodied_advantages_outputs(pre.rewards, num_chunk=T, chunk_size=C)
+    np.testing.assert_allclose(np.asarray(adv), rewards)
+    kept = filter_rewards(
+        xs.asarray(rewards), mask, group_size=3, rewards_lower_bound=-1e9, rewards_upper_bound=1e9
+    )
+    np.testing.assert_array_equal(np.asarray(kept), ref_mask)
+    rpre = preprocess_reasoning_advantages_inputs(
+        xs.asarray(rewards[0, :, 0]), xs.asarray(dones[0]), adv_type="reinpp"
+    )
+    back, _ = postprocess_reasoning_advantages_outputs(rpre.loss_mask)
+    np.testing.assert_array_equal(np.asarray(back), dones[0])
