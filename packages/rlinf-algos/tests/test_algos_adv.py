@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from rlinf_algos import gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
+from rlinf_algos import _advantages, gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
 
 _spec = importlib.util.spec_from_file_location("_adv_refs", Path(__file__).with_name("_adv_refs.py"))
 assert _spec is not None and _spec.loader is not None
@@ -42,7 +42,7 @@ def right_padded_mask(g: np.random.Generator, length: int, batch: int) -> np.nda
 @pytest.mark.parametrize("critic", [True, False])
 @pytest.mark.parametrize("with_dones", [True, False])
 @pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize("T", [1, 13, 70])  # 70 spans three scan blocks
+@pytest.mark.parametrize("T", [1, 13, 70])  # 70 steps of B=6 span two scan blocks
 def test_gae_matches_loop_reference(critic: bool, with_dones: bool, normalize: bool, T: int) -> None:
     g = rng(1)
     B = 6
@@ -63,6 +63,22 @@ def test_gae_matches_loop_reference(critic: bool, with_dones: bool, normalize: b
     ref_adv, ref_ret = ref.gae(r, v, d, 0.97, 0.9, normalize, normalize, m)
     np.testing.assert_allclose(adv.numpy(), ref_adv, **TOL)
     np.testing.assert_allclose(ret.numpy(), ref_ret, **TOL)
+
+
+@pytest.mark.parametrize("block_elements", [1, 12, 25])
+def test_gae_block_boundaries_do_not_change_results(
+    block_elements: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = rng(13)
+    T, B = 11, 6
+    r, v = g.normal(size=(T, B)).astype(np.float32), g.normal(size=(T + 1, B)).astype(np.float32)
+    d = g.random((T + 1, B)) < 0.2
+    one_block = gae(t(r), t(v), t(d), gamma=0.9, gae_lambda=0.7, normalize_advantages=False)
+    monkeypatch.setattr(_advantages, "SCAN_BLOCK_ELEMENTS", block_elements)  # 1, 2 and 4 rows per block
+    blocked = gae(t(r), t(v), t(d), gamma=0.9, gae_lambda=0.7, normalize_advantages=False)
+    for a, b in zip(one_block, blocked, strict=True):
+        assert torch.equal(a, b)
+    np.testing.assert_allclose(blocked[0].numpy(), ref.gae(r, v, d, 0.9, 0.7)[0], **TOL)
 
 
 @FAST
