@@ -420,3 +420,11 @@ def test_group_functions_bad_shapes() -> None:
         grpo_video(np.zeros((3, 4)), np.ones((3, 2), bool), group_size=2, advantage_mode="frame")
     with pytest.raises(ValueError, match=r"B = rewards.size = 4.*\[2, 3\]"):
         raw(np.zeros(4), np.ones((2, 3), bool))
+
+
+def test_group_size_accepts_integer_likes_and_rejects_others() -> None:
+    rewards, mask = np.arange(8.0), np.ones((2, 8), bool)
+    np.testing.assert_allclose(grpo(rewards, mask, group_size=np.int64(4)), grpo(rewards, mask, group_size=4))
+    for bad in (0, -2, 2.0, True, "4", None):
+        with pytest.raises(ValueError, match=r"group_size must be a positive int, got"):
+            grpo(rewards, mask, group_size=bad)  # type: ignore[arg-type]

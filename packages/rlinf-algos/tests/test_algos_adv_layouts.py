@@ -150,7 +150,10 @@ def test_calculate_scores_is_first_episode_return(n: int, E: int, gs: int, p: fl
 def test_calculate_scores_bad_inputs() -> None:
     with pytest.raises(ValueError, match=r"dones .*\[4, 6\].*got shape \[3, 6\]"):
         calculate_scores(np.zeros((3, 6)), np.zeros((3, 6), bool), group_size=2)
-    with pytest.raises(ValueError, match=r"group_size .*dividing E = 6, got 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"environment axis E of rewards has 6 entries, which is not divisible by group_size=4",
+    ):
         calculate_scores(np.zeros((3, 6)), np.zeros((4, 6), bool), group_size=4)
 
 
@@ -221,7 +224,9 @@ def test_reasoning_preprocess_rejects_unknown_type_and_bad_shapes() -> None:
         preprocess_reasoning_advantages_inputs(
             np.zeros(4), np.ones((4, 3), bool), np.zeros((3, 4)), adv_type="gae"
         )
-    with pytest.raises(ValueError, match=r"group_size .*dividing B = 4 for grpo, got 3"):
+    with pytest.raises(
+        ValueError, match=r"rewards \(grpo\) has 4 entries, which is not divisible by group_size=3"
+    ):
         preprocess_reasoning_advantages_inputs(
             np.zeros(4), np.ones((4, 3), bool), adv_type="grpo", group_size=3
         )

@@ -13,6 +13,7 @@ References:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -51,11 +52,20 @@ def _scalar(xp: Any, value: float, like: Array) -> Array:
     return xp.asarray(value, dtype=like.dtype, device=array_api_compat.device(like))
 
 
-def _check_group_size(group_size: int, n: int, what: str) -> None:
-    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if n % group_size != 0:
-        raise ValueError(f"{what} has {n} entries, which is not divisible by group_size={group_size}")
+def check_group_size(group_size: object, n: int, what: str, name: str = "group_size") -> int:
+    """``group_size`` as an int, or ValueError unless it is a positive integer dividing ``n``.
+
+    Integer-likes (``numpy.int64``, 0-d integer arrays) are accepted through ``operator.index``.
+    """
+    try:
+        size = operator.index(group_size)  # type: ignore[arg-type]
+    except TypeError:
+        size = 0
+    if isinstance(group_size, bool) or size < 1:
+        raise ValueError(f"{name} must be a positive int, got {group_size!r}")
+    if n % size != 0:
+        raise ValueError(f"{what} has {n} entries, which is not divisible by {name}={size}")
+    return size
 
 
 def reverse_scan(xp: Any, x: Array, carry: Array | float | None, *, keep_all: bool = True) -> Array:
@@ -258,7 +268,7 @@ def grpo(rewards: Array, loss_mask: Array, *, group_size: int) -> Array:
     """
     xp = namespace(rewards, loss_mask)
     n = _size(rewards)
-    _check_group_size(group_size, n, "rewards")
+    group_size = check_group_size(group_size, n, "rewards")
     check_ndim("loss_mask", loss_mask, 2, "[L, B]")
     _check_mask_columns("loss_mask", loss_mask, n, rewards)
     grouped = xp.reshape(as_float(xp, rewards), (-1, group_size))
@@ -293,7 +303,7 @@ def grpo_video(
     xp = namespace(rewards, loss_mask)
     check_ndim("rewards", rewards, 2, "[S, B]")
     n_frames, batch = _shape(rewards)
-    _check_group_size(group_size, batch, "rewards' batch axis")
+    group_size = check_group_size(group_size, batch, "rewards' batch axis")
     if loss_mask is not None:
         check_same_shape(rewards=rewards, loss_mask=loss_mask)
     if advantage_mode == "frame":
@@ -349,7 +359,7 @@ def grpo_dynamic(
     check_ndim("loss_mask", loss_mask, 2, "[L, num_sequence]")
     _check_mask_columns("loss_mask", loss_mask, n_seq, rewards)
     num_traj = max(idx_to_traj) + 1
-    _check_group_size(group_size, num_traj, "the trajectory ids (max(idx_to_traj) + 1)")
+    group_size = check_group_size(group_size, num_traj, "the trajectory ids (max(idx_to_traj) + 1)")
     if advantage_mode not in ("turn", "trajectory"):
         raise ValueError(
             f"advantage_mode must be 'turn' or 'trajectory' for grpo_dynamic, got {advantage_mode!r}"
@@ -430,7 +440,7 @@ def reinpp(
     if use_reinpp_baseline:
         if group_size is None:
             raise ValueError("group_size is required when use_reinpp_baseline=True")
-        _check_group_size(group_size, batch, "rewards")
+        group_size = check_group_size(group_size, batch, "rewards")
         grouped = xp.reshape(flat, (-1, group_size))
         flat = xp.reshape(
             grouped - xp.mean(grouped, axis=1, keepdims=True), (-1,)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._advantages import reverse_scan
+from ._advantages import check_group_size, reverse_scan
 from ._array import Array, as_float, check_ndim, namespace, to_bool
 
 __all__ = [
@@ -170,8 +170,7 @@ def calculate_scores(rewards: Array, dones: Array, *, group_size: int) -> Array:
             f"dones must have layout [n_steps+1, E] = {[n_steps + 1, batch]} for rewards of shape "
             f"{_shape(rewards)}, got shape {_shape(dones)}"
         )
-    if not isinstance(group_size, int) or group_size < 1 or batch % group_size != 0:
-        raise ValueError(f"group_size must be a positive int dividing E = {batch}, got {group_size!r}")
+    group_size = check_group_size(group_size, batch, "the environment axis E of rewards")
     r32 = rewards if rewards.dtype == xp.float32 else xp.astype(rewards, xp.float32)
     not_done = as_float(xp, ~to_bool(xp, dones[1:, ...]), like=r32)
     scores = reverse_scan(xp, r32, not_done, keep_all=False) if n_steps > 0 else xp.zeros_like(r32[0, ...])
@@ -264,8 +263,7 @@ def filter_rewards(
     xp = namespace(rewards, loss_mask)
     check_ndim("rewards", rewards, 3, "[T, E, C]")
     num_chunk, batch, _ = _shape(rewards)
-    if not isinstance(group_size, int) or group_size < 1 or batch % group_size != 0:
-        raise ValueError(f"group_size must be a positive int dividing E = {batch}, got {group_size!r}")
+    group_size = check_group_size(group_size, batch, "the environment axis E of rewards")
     if loss_mask is not None:
         check_ndim("loss_mask", loss_mask, 3, "[T, E, C]")
         if _shape(loss_mask)[:2] != [num_chunk, batch] or _shape(loss_mask)[2] not in (1, _shape(rewards)[2]):

@@ -13,6 +13,7 @@ from typing import Any
 
 import array_api_compat
 
+from ._advantages import check_group_size
 from ._array import Array, check_ndim, check_same_shape, namespace
 
 __all__ = [
@@ -113,16 +114,10 @@ def preprocess_reasoning_advantages_inputs(
         pad = xp.zeros((length - 1, batch), dtype=rewards.dtype, device=dev)
         shaped = xp.concat([pad, rewards[None, :]], axis=0)  # the reward sits on position L-1 (RLinf)
     elif adv_type == "grpo":
-        if not isinstance(group_size, int) or group_size < 1 or batch % group_size != 0:
-            raise ValueError(
-                f"group_size must be a positive int dividing B = {batch} for grpo, got {group_size!r}"
-            )
+        group_size = check_group_size(group_size, batch, "rewards (grpo)")
         shaped = xp.reshape(rewards, (-1, group_size))
     elif adv_type == "grpo_dynamic":
-        if not isinstance(num_sequence, int) or num_sequence < 1 or batch % num_sequence != 0:
-            raise ValueError(
-                f"num_sequence must be a positive int dividing B = {batch} for grpo_dynamic, got {num_sequence!r}"
-            )
+        num_sequence = check_group_size(num_sequence, batch, "rewards (grpo_dynamic)", name="num_sequence")
         shaped = _transpose(xp, xp.reshape(rewards, (-1, num_sequence)))
     elif adv_type == "reinpp":
         shaped = rewards[None, :]
