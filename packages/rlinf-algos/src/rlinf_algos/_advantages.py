@@ -68,45 +68,6 @@ def check_group_size(group_size: object, n: int, what: str, name: str = "group_s
     return size
 
 
-def reverse_scan(xp: Any, x: Array, carry: Array | float | None, *, keep_all: bool = True) -> Array:
-    """Backward recursion ``acc[t] = x[t] + carry[t] * acc[t+1]`` with ``acc[T] = 0``.
-
-    The loop over ``T`` is the only sequential part of GAE-style estimators; callers hoist everything else
-    into whole-array operations, so each step costs one multiply and one add on a ``[B]`` row and no other
-    allocation (rows are views taken once up front; the results are stacked once at the end).
-
-    Args:
-        xp: the array namespace.
-        x: ``[T, B]`` per-step terms (e.g. TD errors).
-        carry: ``[T, B]`` per-step decay (e.g. ``gamma * lambda * not_done``), a constant, or ``None`` for 1.
-        keep_all: return every ``acc[t]`` stacked (``[T, B]``) or only ``acc[0]`` (``[B]``).
-
-    Returns:
-        ``[T, B]`` (``keep_all``) or ``[B]``.
-    """
-    x_rows = _rows(xp, x)
-    n = len(x_rows)
-    acc = x_rows[n - 1]
-    out = [acc]
-    if carry is None:
-        for t in range(n - 2, -1, -1):
-            acc = x_rows[t] + acc
-            out.append(acc)
-    elif isinstance(carry, int | float):
-        for t in range(n - 2, -1, -1):
-            acc = x_rows[t] + carry * acc
-            out.append(acc)
-    else:
-        c_rows = _rows(xp, carry)
-        for t in range(n - 2, -1, -1):
-            acc = x_rows[t] + c_rows[t] * acc
-            out.append(acc)
-    if not keep_all:
-        return acc
-    out.reverse()
-    return xp.stack(out, axis=0)
-
-
 SCAN_BLOCK_ELEMENTS = 32768
 """Target size of one time block in :func:`gae` (``rows * B``): 128 KiB of float32 stays cache-resident, and
 torch runs element-wise ops this small on one thread, so no intra-op synchronisation is paid per block."""
@@ -115,15 +76,32 @@ SCAN_BLOCK_MAX_ROWS = 64
 """Upper bound on the rows of one time block (small ``B``)."""
 
 
-def _scan_block(xp: Any, x: Array, carry: Array | float | None, acc: Array | None) -> tuple[Array, Array]:
-    """``reverse_scan`` over one block, continuing from ``acc`` (the value of the step after the block)."""
+def scan_block(
+    xp: Any, x: Array, carry: Array | float | None, acc: Array | None = None, *, keep_all: bool = True
+) -> tuple[Array | None, Array]:
+    """Backward recursion ``acc[t] = x[t] + carry[t] * acc[t+1]`` over the rows of one block.
+
+    The only sequential part of GAE-style estimators: each step is one multiply and one add on a ``[B]``
+    row (rows are views taken once up front; the results are stacked once at the end).
+
+    Args:
+        xp: the array namespace.
+        x: ``[n, B]`` per-step terms (e.g. TD errors), ``n >= 1``.
+        carry: ``[n, B]`` per-step decay (e.g. ``gamma * lambda * not_done``), a constant, or ``None`` for 1.
+        acc: ``[B]`` value of the step after the block, or ``None`` at the end of the data (``acc = 0``;
+            the last step is then ``x[n-1]`` exactly, as RLinf's ``delta + decay * 0``).
+        keep_all: also return every step's value, stacked.
+
+    Returns:
+        ``(acc[0..n-1] stacked [n, B] or None, acc[0] [B])``.
+    """
     x_rows = _rows(xp, x)
     c_rows = _rows(xp, carry) if carry is not None and not isinstance(carry, int | float) else None
     n = len(x_rows)
     out: list[Array] = [None] * n
     for t in range(n - 1, -1, -1):
         if acc is None:
-            acc = x_rows[t]  # RLinf: delta + decay * 0
+            acc = x_rows[t]
         elif c_rows is not None:
             acc = x_rows[t] + c_rows[t] * acc
         elif carry is None:
@@ -131,8 +109,9 @@ def _scan_block(xp: Any, x: Array, carry: Array | float | None, acc: Array | Non
         else:
             acc = x_rows[t] + carry * acc
         out[t] = acc
-    assert acc is not None
-    return xp.stack(out, axis=0), acc
+    if acc is None:
+        raise ValueError(f"x must have at least one row, got shape {list(_shape(x))}")
+    return (xp.stack(out, axis=0) if keep_all else None), acc
 
 
 def _concat_reversed(xp: Any, blocks: list[Array]) -> Array:
@@ -216,7 +195,7 @@ def gae(
             decay * not_done if not_done is not None else (None if decay == 1.0 else decay)
         )
         if values is None:
-            acc_blk, acc = _scan_block(xp, rewards[start:stop, ...], carry, acc)
+            acc_blk, acc = scan_block(xp, rewards[start:stop, ...], carry, acc)
             ret_blocks.append(acc_blk)
             continue
         v_blk = values[start:stop, ...]
@@ -224,7 +203,7 @@ def gae(
         if not_done is not None:
             next_values = next_values * not_done
         # Same operation order as RLinf: (r + γ·V'·(1-d)) - V, then A + γλ·(1-d)·A'.
-        acc_blk, acc = _scan_block(xp, (rewards[start:stop, ...] + next_values) - v_blk, carry, acc)
+        acc_blk, acc = scan_block(xp, (rewards[start:stop, ...] + next_values) - v_blk, carry, acc)
         ret_blk = acc_blk + v_blk
         ret_blocks.append(ret_blk)
         # Recomputed as RLinf does (returns - V), which is not bit-identical to ``acc`` in floating point.

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._advantages import check_group_size, reverse_scan
+import array_api_compat
+
+from ._advantages import check_group_size, scan_block
 from ._array import Array, as_float, check_ndim, namespace, to_bool
 
 __all__ = [
@@ -173,7 +175,11 @@ def calculate_scores(rewards: Array, dones: Array, *, group_size: int) -> Array:
     group_size = check_group_size(group_size, batch, "the environment axis E of rewards")
     r32 = rewards if rewards.dtype == xp.float32 else xp.astype(rewards, xp.float32)
     not_done = as_float(xp, ~to_bool(xp, dones[1:, ...]), like=r32)
-    scores = reverse_scan(xp, r32, not_done, keep_all=False) if n_steps > 0 else xp.zeros_like(r32[0, ...])
+    scores = (
+        scan_block(xp, r32, not_done, keep_all=False)[1]
+        if n_steps > 0
+        else xp.zeros((batch,), dtype=xp.float32, device=array_api_compat.device(r32))
+    )
     return xp.reshape(scores, (-1, group_size))
 
 
