@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from rlinf_algos import _advantages, gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
+from rlinf_algos import _advantages, gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp, safe_normalize
 
 _spec = importlib.util.spec_from_file_location("_adv_refs", Path(__file__).with_name("_adv_refs.py"))
 assert _spec is not None and _spec.loader is not None
@@ -428,3 +428,22 @@ def test_group_size_accepts_integer_likes_and_rejects_others() -> None:
     for bad in (0, -2, 2.0, True, "4", None):
         with pytest.raises(ValueError, match=r"group_size must be a positive int, got"):
             grpo(rewards, mask, group_size=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "none", "empty"])
+def test_masked_standardize_equals_safe_normalize(mask_kind: str) -> None:
+    g = rng(14)
+    values = g.normal(size=(9, 7)).astype(np.float32)
+    mask = {
+        "bool": g.random((9, 7)) < 0.6,
+        "float": (g.random((9, 7)) < 0.6).astype(np.float32),
+        "none": None,
+        "empty": np.zeros((9, 7), bool),
+    }[mask_kind]
+    for conv in (np.asarray, t):
+        ours = _advantages.masked_standardize(conv(values), None if mask is None else conv(mask))
+        expected = safe_normalize(conv(values), None if mask is None else conv(mask))
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(expected), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        _advantages.masked_standardize(values, mask), ref.safe_normalize(values, mask), rtol=1e-5, atol=1e-5
+    )
