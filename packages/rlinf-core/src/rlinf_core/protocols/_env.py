@@ -75,7 +75,8 @@ class ChunkStepResult:
     @property
     def dones(self) -> np.ndarray:
         """``[N, C]`` bool: terminated or truncated."""
-        return self.terminations | self.truncations
+        out: np.ndarray = np.logical_or(self.terminations, self.truncations)
+        return out
 
 
 @runtime_checkable
