@@ -75,7 +75,7 @@ class NodeInfo:
 def _probe_node() -> dict[str, Any]:
     """Runs on a node: report what only the node itself knows."""
     return {
-        "ip": ray.util.get_node_ip_address(),
+        "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         "python": sys.executable,
         "python_version": ".".join(str(v) for v in sys.version_info[:3]),
         "node_rank": os.environ.get(NODE_RANK_ENV),
@@ -145,7 +145,7 @@ class Cluster:
     ) -> None:
         if config is not None and not isinstance(config, ClusterConfig):
             raise TypeError(f"config: expected a ClusterConfig or None, got {type(config).__name__}")
-        overrides = {
+        overrides: dict[str, Any] = {
             key: value
             for key, value in {
                 "num_nodes": num_nodes,
@@ -205,7 +205,7 @@ class Cluster:
         timeout = self._config.node_wait_timeout_s
         deadline = time.monotonic() + timeout
         while True:
-            alive = [n for n in ray.nodes() if n.get("Alive")]
+            alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
             if len(alive) >= wanted:
                 break
             if time.monotonic() > deadline:
@@ -339,14 +339,14 @@ class Cluster:
         group = self._config.node_group(node_group)
         return group.env_vars_on(node_rank), group.python_interpreter_on(node_rank)
 
-    def reserve_port(self, node_rank: int) -> int | ray.ObjectRef:
+    def reserve_port(self, node_rank: int) -> int | ray.ObjectRef[int]:
         """A free TCP port on node ``node_rank``, never handed out twice by this cluster.
 
         Returns the port itself when the node is the driver's, else an ``ObjectRef`` to it (so launching stays
         non-blocking; Ray resolves it when passed to an actor).
         """
         node = self.node(node_rank)
-        if node.ip == ray.util.get_node_ip_address():
+        if node.ip == ray.util.get_node_ip_address():  # type: ignore[no-untyped-call]
             with self._lock:
                 for _ in range(64):
                     port = _reserve_free_port()

@@ -8,6 +8,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,24 +87,37 @@ class GroupLauncher:
         return group
 
 
-def group_methods(worker_cls: type[Worker]) -> frozenset[str]:
-    """Names callable on a group: public plain functions of the class (not static/class methods)."""
-    return _group_methods(worker_cls)
+_METHODS_CACHE: weakref.WeakKeyDictionary[type[Worker], frozenset[str]] = weakref.WeakKeyDictionary()
+_ACTOR_CLASS_CACHE: weakref.WeakKeyDictionary[type[Worker], Any] = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.RLock()  # _actor_class holds it while _group_methods fills its cache
 
 
-@functools.cache
 def _group_methods(worker_cls: type[Worker]) -> frozenset[str]:
-    return frozenset(
-        name
-        for name in dir(worker_cls)
-        if not name.startswith("_")
-        and name not in _NOT_GROUP_METHODS
-        and inspect.isfunction(inspect.getattr_static(worker_cls, name, None))
-    )
+    """Names callable on a group: public plain functions of the class (not static/class methods)."""
+    methods = _METHODS_CACHE.get(worker_cls)
+    if methods is None:
+        methods = frozenset(
+            name
+            for name in dir(worker_cls)
+            if not name.startswith("_")
+            and name not in _NOT_GROUP_METHODS
+            and inspect.isfunction(inspect.getattr_static(worker_cls, name, None))
+        )
+        with _CACHE_LOCK:
+            _METHODS_CACHE[worker_cls] = methods
+    return methods
 
 
-@functools.cache
 def _actor_class(worker_cls: type[Worker]) -> Any:
+    """The cached Ray actor class of ``worker_cls`` (see :func:`_make_actor_class`)."""
+    with _CACHE_LOCK:
+        actor_cls = _ACTOR_CLASS_CACHE.get(worker_cls)
+        if actor_cls is None:
+            actor_cls = _ACTOR_CLASS_CACHE[worker_cls] = _make_actor_class(worker_cls)
+    return actor_cls
+
+
+def _make_actor_class(worker_cls: type[Worker]) -> Any:
     """The Ray actor class for ``worker_cls``: a subclass whose ``__init__`` installs the context first.
 
     Each group method is overridden by a wrapper that records a raise as the worker's failure (so the driver's

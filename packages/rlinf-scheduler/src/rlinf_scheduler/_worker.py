@@ -170,9 +170,10 @@ class Worker(CommMixin):
         self._rlinf_log.error(msg, *args)
 
     # -------------------------------------------------------------------------------------------- timing
-    def _timing_state(self) -> tuple[threading.Lock, dict[str, float]]:
-        state = self.__dict__.get("_rlinf_timings")
+    def _rlinf_timing_state(self) -> tuple[threading.Lock, dict[str, float]]:
+        state: tuple[threading.Lock, dict[str, float]] | None = self.__dict__.get("_rlinf_timings")
         if state is None:
+            # dict.setdefault is atomic: two threads timing at once end up with the same state.
             state = self.__dict__.setdefault("_rlinf_timings", (threading.Lock(), {}))
         return state
 
@@ -189,7 +190,7 @@ class Worker(CommMixin):
             yield
         finally:
             elapsed = time.perf_counter() - start
-            lock, timings = self._timing_state()
+            lock, timings = self._rlinf_timing_state()
             with lock:
                 timings[name] = timings.get(name, 0.0) + elapsed
 
@@ -198,7 +199,7 @@ class Worker(CommMixin):
 
         The runner collects them with ``group.pop_timings().wait()`` (one dict per rank) for ``time/*`` metrics.
         """
-        lock, timings = self._timing_state()
+        lock, timings = self._rlinf_timing_state()
         with lock:
             out = dict(timings)
             timings.clear()
