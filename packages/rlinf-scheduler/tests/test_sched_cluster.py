@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,3 +172,41 @@ def test_node_group_env_vars_and_interpreter_reach_workers(ray_instance: None, t
         assert plain.env(*names).wait(timeout=120) == [
             {"RLINF_TEST_GROUP_VAR": "from-group", "RLINF_TEST_WRAPPED": "yes", "RANK": "0"}
         ]
+
+
+_ATTACH_SCRIPT = """
+import ray
+from rlinf_scheduler import Cluster
+with Cluster(num_nodes=1, num_cpus=1) as cluster:
+    print("GCS", ray.get_runtime_context().gcs_address, cluster.num_nodes)
+"""
+
+
+def _run_driver(env_updates: dict[str, str]) -> str:
+    env = dict(os.environ, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0", **env_updates)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ATTACH_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("GCS ")]
+    return line
+
+
+@pytest.mark.ray
+def test_default_address_attaches_through_ray_address(ray_instance: None) -> None:
+    ours = ray.get_runtime_context().gcs_address
+    assert _run_driver({"RAY_ADDRESS": ours}) == f"GCS {ours} 1"
+
+
+@pytest.mark.ray
+def test_default_address_never_attaches_to_another_private_instance(ray_instance: None) -> None:
+    # This process runs a private `ray.init(address="local")` instance; a driver with no address must not
+    # pick it up (Ray's "auto" would) but use a `ray start` cluster or start its own.
+    ours = ray.get_runtime_context().gcs_address
+    line = _run_driver({"RAY_ADDRESS": ""})
+    assert line.endswith(" 1") and ours not in line

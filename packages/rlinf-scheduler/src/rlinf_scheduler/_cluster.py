@@ -100,7 +100,8 @@ class Cluster:
     """A Ray cluster of ``num_nodes`` ranked nodes that worker groups are launched on.
 
     On construction it attaches to Ray (an already initialised connection in this process, the address in the
-    config, ``RAY_ADDRESS``, or a running local cluster), or starts a local Ray instance when none runs. It
+    config, ``RAY_ADDRESS``, or the cluster started on this machine with ``ray start``), or starts a local Ray
+    instance when none runs. It
     then waits until ``num_nodes`` nodes are alive, probes each node once and ranks them: by
     ``RLINF_NODE_RANK`` if every node set it before ``ray start``, else head node first, then by IP.
 
@@ -116,10 +117,12 @@ class Cluster:
         config: Cluster settings; ``None`` uses the defaults (one node, no simulated accelerators).
         num_nodes: Overrides ``config.num_nodes``.
         simulated_accelerators_per_node: Overrides ``config.simulated_accelerators_per_node``.
-        ray_address: Overrides ``config.ray_address`` (``"local"`` always starts a new local instance).
+        ray_address: Overrides ``config.ray_address`` (``"local"`` always starts a new local instance;
+            ``"auto"`` attaches to any running instance found on this machine, or fails).
         namespace: Overrides ``config.namespace``.
         node_wait_timeout_s: Overrides ``config.node_wait_timeout_s``.
-        num_cpus: CPUs of a local Ray instance this cluster starts (default: Ray's choice).
+        num_cpus: CPUs of a local Ray instance this cluster starts (default: Ray's choice); ignored, with a
+            warning, when it attaches to a running cluster.
         interrupt_main_on_failure: When a worker fails and no ``wait()`` in this process has raised the
             failure within ``failure_grace_s``, interrupt the main thread (``KeyboardInterrupt``) so the
             driver cannot hang on something else.
@@ -187,13 +190,16 @@ class Cluster:
             else:
                 ray.init(address=address, **common)
             return True
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(**common)
-            return True
+        # No address: Ray's own resolution, i.e. RAY_ADDRESS, else the cluster started on this machine with
+        # `ray start`, else a new local instance. (Unlike address="auto", it never attaches to another
+        # program's private local instance that happens to run on the same machine.)
         try:
-            ray.init(address="auto", **common)
-        except ConnectionError:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, **common)
+        except ValueError as err:
+            if num_cpus is None or "existing cluster" not in str(err):
+                raise
+            _logger.warning("Cluster: attached to a running Ray cluster; num_cpus=%s is ignored", num_cpus)
+            ray.init(**common)
         return True
 
     def _disconnect(self) -> None:
