@@ -85,6 +85,11 @@ class Echo(Worker):
     def work(self) -> None:
         time.sleep(0.05)
 
+    @timed
+    async def work_async(self) -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
     @timed(name="custom")
     def work_named(self) -> None:
         with self.timer("inner"):
@@ -227,8 +232,10 @@ def test_timers_accumulate_and_pop(cluster: Cluster) -> None:
         group.work().wait(timeout=60)
         group.work().wait(timeout=30)
         group.work_named().wait(timeout=30)
+        assert group.work_async().wait(timeout=30) == ["done"]
         (timings,) = group.pop_timings().wait(timeout=30)
-        assert set(timings) == {"work", "custom", "inner"}
+        assert set(timings) == {"work", "custom", "inner", "work_async"}
+        assert 0.05 <= timings["work_async"] < 1.0
         assert 0.1 <= timings["work"] < 1.0
         assert timings["custom"] >= timings["inner"] >= 0.02
         assert group.pop_timings().wait(timeout=30) == [{}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import sys
@@ -282,6 +283,20 @@ def timed(
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:
         label = name or func.__name__
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
+                self = args[0]
+                if not isinstance(self, Worker):
+                    raise TypeError(
+                        f"@timed decorates Worker methods; {func.__qualname__} got {type(self).__name__}"
+                    )
+                with self.timer(label):
+                    return await func(*args, **kwargs)
+
+            return timed_coroutine  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
