@@ -90,8 +90,8 @@ class Peer(Worker):
     def transport_stats(self) -> dict[str, int]:
         return dict(self._comm().stats)
 
-    def pool_size(self) -> int:
-        return len(self._comm().pool._segments)
+    def pool_stats(self) -> dict[str, int]:
+        return self._comm().pool.stats()
 
     def recv_mutate_and_report(self, group: str, rank: int) -> tuple[float, bool]:
         t = self.recv(group, rank, timeout=30)
@@ -204,15 +204,16 @@ def test_received_tensor_is_a_private_writable_copy(groups: tuple[WorkerGroup, W
 
 def test_shared_memory_segments_are_reused(groups: tuple[WorkerGroup, WorkerGroup]) -> None:
     a, b = groups
-    (before,) = a.execute_on(1).pool_size().wait(timeout=30)
+    (before,) = a.execute_on(1).pool_stats().wait(timeout=30)
     for i in range(6):
         recv = b.execute_on(0).recv_from("ca", 1)
         a.execute_on(1).send_to(torch.full((BIG,), float(i)), "cb", 0).wait(timeout=60)
         (got,) = recv.wait(timeout=60)
         assert float(got[0]) == i
         del got
-    # The receiver dropped each tensor before the next send: pooled segments serve them all.
-    assert a.execute_on(1).pool_size().wait(timeout=30) == [max(before, 1)]
+    # The receiver dropped each tensor before the next send: the same arena chunks serve them all.
+    (after,) = a.execute_on(1).pool_stats().wait(timeout=30)
+    assert after == {"arenas": max(before["arenas"], 1), "segments": before["segments"], "busy_chunks": 0}
 
 
 @pytest.mark.parametrize("size", [4, BIG])

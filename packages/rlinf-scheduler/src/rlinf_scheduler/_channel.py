@@ -88,6 +88,7 @@ class _ChannelActor:
         self._queues: dict[Any, _KeyQueue] = {}
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Future[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._host = ray.util.get_node_ip_address()
 
     async def address(self) -> tuple[str, int, int]:
@@ -199,11 +200,17 @@ class _ChannelActor:
             else:
                 reply(req_id, "ok", value)
 
+        self._writers.add(writer)
         try:
             while True:
                 head = await reader.readexactly(_LEN.size + 1)
                 (length,) = _LEN.unpack(head[: _LEN.size])
                 req_id, op, args, timeout = pickle.loads(await reader.readexactly(length))
+                if op == "shutdown":
+                    reply(req_id, "ok", None)
+                    await writer.drain()
+                    self._close_all()
+                    return
                 res = self._op(op, args)
                 if isinstance(res, asyncio.Future):
                     task = asyncio.ensure_future(finish(req_id, op, res, timeout))
@@ -216,8 +223,17 @@ class _ChannelActor:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self._writers.discard(writer)
             with contextlib.suppress(RuntimeError):  # the actor's loop may already be closing
                 writer.close()
+
+    def _close_all(self) -> None:
+        """Stop serving: every client connection closes, so their pending calls fail at once."""
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.close()
+        self._writers.clear()
 
     def _pump_all(self) -> None:
         # A waiter that timed out may have been the one blocking the head of a queue.
@@ -319,13 +335,8 @@ class _ProcessState:
             return self._server.address
 
     def _serve_fetch(self, kind: int, body: memoryview) -> list[Any]:
-        seg_id, total = pickle.loads(body)
-        seg = self.pool.find(seg_id)
-        if seg is None:
-            return []
-        data = bytes(seg.area[:total])
-        seg.header[64] = 0  # consumed: the segment may be reused
-        return [data]
+        data = self.pool.read_and_release(pickle.loads(body))
+        return [] if data is None else [data]
 
     def client(self, address: tuple[str, int], name: str) -> _Client:
         with self.lock:
@@ -334,13 +345,14 @@ class _ProcessState:
                 c = self.clients[address] = _Client(address, name)
             return c
 
-    def fetch(self, address: tuple[str, int], seg_id: bytes, total: int) -> np.ndarray:
+    def fetch(self, address: tuple[str, int], ref: tp.ShmRef) -> np.ndarray:
         with self.lock:
             fc = self.fetchers.get(address)
             if fc is None:
                 fc = self.fetchers[address] = FrameClient(address)
+        total = ref[5]
         buf = bytearray(total)
-        got = fc.request((seg_id, total), into=lambda n: memoryview(buf))
+        got = fc.request(ref, into=lambda n: memoryview(buf)[:n])
         if got.nbytes != total:
             raise RuntimeError(f"channel item's producer at {address} no longer has its data")
         return np.frombuffer(buf, dtype=np.uint8)
@@ -366,10 +378,10 @@ def _pack(item: Any) -> bytes:
             ("inline", enc.meta, enc.specs, tp.pack_inline(enc) if enc.specs else b""), protocol=5
         )
     st = _state()
-    seg = st.pool.acquire(enc.total, 1)
-    tp.write_buffers(enc, seg.area)
-    where = (st.node_id, st.pool.pid, seg.fd, seg.seg_id, seg.capacity, enc.total, st.server_address())
-    return pickle.dumps(("shm", enc.meta, enc.specs, where), protocol=5)
+    area, (ref,) = st.pool.reserve(enc.total, 1)
+    tp.write_buffers(enc, area)
+    del area
+    return pickle.dumps(("shm", enc.meta, enc.specs, (st.node_id, ref, st.server_address())), protocol=5)
 
 
 def _unpack(blob: bytes) -> Any:
@@ -377,12 +389,9 @@ def _unpack(blob: bytes) -> Any:
     if rec[0] == "inline":
         _, meta, specs, data = rec
         return tp.decode(meta, specs, np.frombuffer(bytearray(data), dtype=np.uint8) if specs else None)
-    _, meta, specs, (node_id, pid, fd, seg_id, capacity, total, address) = rec
+    _, meta, specs, (node_id, ref, address) = rec
     st = _state()
-    if node_id == st.node_id:
-        area = st.cache.open(pid, fd, seg_id, 0, capacity)
-    else:
-        area = st.fetch(address, seg_id, total)
+    area = st.cache.open(ref) if node_id == st.node_id else st.fetch(address, ref)
     return tp.decode(meta, specs, area)
 
 
@@ -424,6 +433,7 @@ class Channel:
         self._actor = actor
         self._address = address
         self._maxsize = maxsize
+        self._closed = False
 
     @classmethod
     def create(cls, name: str, maxsize: int = 0) -> Channel:
@@ -474,6 +484,8 @@ class Channel:
     # ------------------------------------------------------------------------------------------ plumbing
 
     def _call(self, op: str, args: tuple[Any, ...], timeout: float | None) -> concurrent.futures.Future[Any]:
+        if self._closed:
+            raise RuntimeError(f"channel {self._name!r} is shut down")
         return _state().client(self._address, self._name).call(op, args, timeout)
 
     def _result(self, fut: concurrent.futures.Future[Any], timeout: float | None, what: str) -> Any:
@@ -620,6 +632,11 @@ class Channel:
 
     def shutdown(self) -> None:
         """Destroy the channel actor; pending and later operations on any handle raise ``RuntimeError``."""
+        if self._closed:
+            return
+        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+            self._call("shutdown", (), None).result(timeout=_GRACE_S)
+        self._closed = True
         st = _state()
         with st.lock:
             client = st.clients.pop(self._address, None)

@@ -408,11 +408,11 @@ class CommMixin:
         local = [(p, s) for p, s in zip(peers, seqs, strict=True) if info[p][0] == st.node_id]
         remote = [(p, s) for p, s in zip(peers, seqs, strict=True) if info[p][0] != st.node_id]
         if local:
-            seg = st.pool.acquire(enc.total, len(local))
-            tp.write_buffers(enc, seg.area)
-            for slot, (peer, seq) in enumerate(local):
-                msg = ("shm", enc.meta, enc.specs, st.pool.pid, seg.fd, seg.seg_id, seg.capacity, slot)
-                st.deliver(peer, stream, seq, msg)
+            area, refs = st.pool.reserve(enc.total, len(local))
+            tp.write_buffers(enc, area)
+            del area
+            for ref, (peer, seq) in zip(refs, local, strict=True):
+                st.deliver(peer, stream, seq, ("shm", enc.meta, enc.specs, ref))
                 st.stats["shm"] += 1
         if not remote:
             return _finished_work()
@@ -493,8 +493,8 @@ def _decode(st: _CommState, peer: PeerKey, msg: tuple[Any, ...]) -> Any:
         area = np.frombuffer(bytearray(blob), dtype=np.uint8) if specs else None
         return tp.decode(meta, specs, area)
     if kind == "shm":
-        _, meta, specs, pid, fd, seg_id, capacity, slot = msg
-        area = st.cache.open(pid, fd, seg_id, slot, capacity)
+        _, meta, specs, ref = msg
+        area = st.cache.open(ref)
         return tp.decode(meta, specs, area)
     if kind == "gloo-posted":
         _, meta, specs, work, buf = msg

@@ -227,6 +227,21 @@ def decode(meta: bytes, specs: list[BufferSpec], area: np.ndarray | None) -> Any
 
 # --------------------------------------------------------------------------------------------------------
 # Shared-memory segments
+#
+# Two kinds of segments, both memfd files that a receiver opens through /proc/<sender pid>/fd/<fd>:
+# - arenas (sparse, _ARENA_CHUNKS chunks of _CHUNK bytes): a message for one receiver takes a run of chunks,
+#   one busy byte per chunk in the header. Arenas are mapped once by each receiver and their pages stay
+#   faulted in, so a stream of messages costs one memcpy each, not page faults and mmap calls;
+# - dedicated segments for big messages and same-node broadcasts: one busy byte per receiver.
+# A reference to a message's bytes is the tuple ``ShmRef``.
+
+_CHUNK = 64 * 1024
+_ARENA_CHUNKS = _MAX_SLOTS
+_ARENA_MAX_ITEM = 16 * 1024 * 1024
+_MAX_ARENAS = 8
+
+#: (sender pid, fd, segment id, capacity, offset, nbytes, first busy byte, number of busy bytes)
+ShmRef = tuple[int, int, bytes, int, int, int, int, int]
 
 
 @dataclass
@@ -237,46 +252,86 @@ class _Segment:
     capacity: int
     header: np.ndarray  # uint8 view of the first _HEADER bytes
     area: np.ndarray  # uint8 view of the data area
+    arena: bool = False
     nslots: int = 0
 
-    def is_free(self) -> bool:
-        return self.nslots == 0 or not self.header[64 : 64 + self.nslots].any()
+    def busy(self, start: int, count: int) -> bool:
+        return self.mm[64 + start : 64 + start + count].count(0) != count
 
 
 class SegmentPool:
     """Sender-side pool of shared-memory segments (``memfd``, never a named file: nothing leaks on a crash).
 
-    A receiver opens a segment through ``/proc/<sender pid>/fd/<fd>``; it clears its busy byte when the last
-    array of the message is garbage-collected, which makes the segment reusable.
+    A receiver clears the busy bytes of a message when its last array is garbage-collected, which makes the
+    space reusable.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._segments: list[_Segment] = []
+        self._arenas: list[_Segment] = []
         self.pid = os.getpid()
 
-    def acquire(self, nbytes: int, nslots: int) -> _Segment:
-        """Return a free segment of at least ``nbytes`` data bytes, marked busy for ``nslots`` receivers."""
-        if not 1 <= nslots <= _MAX_SLOTS:
-            raise ValueError(f"nslots must be in [1, {_MAX_SLOTS}], got {nslots}")
-        with self._lock:
-            best = None
-            for seg in self._segments:
-                fits = nbytes <= seg.capacity <= 4 * max(nbytes, 1 << 20)
-                if fits and seg.is_free() and (best is None or seg.capacity < best.capacity):
-                    best = seg
-            if best is None:
-                best = self._create(max(_align(nbytes), 1 << 16))
-                self._segments.append(best)
-            best.header[64 : 64 + nslots] = 1
-            best.nslots = nslots
-            self._trim()
-            return best
+    def reserve(self, nbytes: int, nreceivers: int) -> tuple[np.ndarray, list[ShmRef]]:
+        """Reserve ``nbytes`` for ``nreceivers`` receivers.
 
-    def find(self, seg_id: bytes) -> _Segment | None:
-        """The live segment with id ``seg_id``, if any."""
+        Returns:
+            The ``[nbytes]`` uint8 area to write the message into, and one ``ShmRef`` per receiver.
+        """
+        if not 1 <= nreceivers <= _MAX_SLOTS:
+            raise ValueError(f"nreceivers must be in [1, {_MAX_SLOTS}], got {nreceivers}")
         with self._lock:
-            return next((s for s in self._segments if s.seg_id == seg_id), None)
+            if nreceivers == 1 and nbytes <= _ARENA_MAX_ITEM:
+                span = self._arena_span(nbytes)
+                if span is not None:
+                    seg, start, count = span
+                    offset = start * _CHUNK
+                    ref = (self.pid, seg.fd, seg.seg_id, seg.capacity, offset, nbytes, start, count)
+                    return seg.area[offset : offset + nbytes], [ref]
+            seg = self._dedicated(nbytes, nreceivers)
+            refs = [(self.pid, seg.fd, seg.seg_id, seg.capacity, 0, nbytes, i, 1) for i in range(nreceivers)]
+            return seg.area[:nbytes], refs
+
+    def _arena_span(self, nbytes: int) -> tuple[_Segment, int, int] | None:
+        count = max(1, -(-nbytes // _CHUNK))
+        want = bytes(count)
+        for seg in self._arenas:
+            start = seg.mm[64 : 64 + _ARENA_CHUNKS].find(want)
+            if start >= 0:
+                seg.header[64 + start : 64 + start + count] = 1
+                return seg, start, count
+        if len(self._arenas) >= _MAX_ARENAS:
+            return None
+        seg = self._create(_ARENA_CHUNKS * _CHUNK)
+        seg.arena = True
+        self._arenas.append(seg)
+        seg.header[64 : 64 + count] = 1
+        return seg, 0, count
+
+    def _dedicated(self, nbytes: int, nslots: int) -> _Segment:
+        best = None
+        for seg in self._segments:
+            fits = nbytes <= seg.capacity <= 4 * max(nbytes, 1 << 20)
+            if fits and not seg.busy(0, seg.nslots) and (best is None or seg.capacity < best.capacity):
+                best = seg
+        if best is None:
+            best = self._create(max(_align(nbytes), 1 << 16))
+            self._segments.append(best)
+        best.header[64 : 64 + nslots] = 1
+        best.nslots = nslots
+        self._trim()
+        return best
+
+    def read_and_release(self, ref: ShmRef) -> bytes | None:
+        """Copy a message's bytes out (for a receiver on another node) and mark them free; None if gone."""
+        _, _, seg_id, _, offset, nbytes, start, count = ref
+        with self._lock:
+            seg = next((s for s in self._arenas + self._segments if s.seg_id == seg_id), None)
+            if seg is None:
+                return None
+            data = bytes(seg.area[offset : offset + nbytes])
+            seg.header[64 + start : 64 + start + count] = 0
+            return data
 
     def _create(self, capacity: int) -> _Segment:
         fd = os.memfd_create("rlinf-shm", os.MFD_CLOEXEC)
@@ -292,7 +347,7 @@ class SegmentPool:
         return _Segment(seg_id, fd, mm, capacity, whole[:_HEADER], whole[_HEADER:])
 
     def _trim(self) -> None:
-        free = [s for s in self._segments if s.is_free()]
+        free = [s for s in self._segments if not s.busy(0, s.nslots)]
         total = sum(s.capacity for s in free)
         while free and total > _POOL_FREE_BYTES:
             seg = free.pop(0)
@@ -308,12 +363,19 @@ class SegmentPool:
             seg.mm.close()
         os.close(seg.fd)
 
+    def stats(self) -> dict[str, int]:
+        """Arenas, dedicated segments and arena chunks still held by receivers (for tests and benchmarks)."""
+        with self._lock:
+            busy = sum(_ARENA_CHUNKS - a.mm[64 : 64 + _ARENA_CHUNKS].count(0) for a in self._arenas)
+            return {"arenas": len(self._arenas), "segments": len(self._segments), "busy_chunks": busy}
+
     def close(self) -> None:
         """Retire every segment (receivers keep their own mappings of segments still in use)."""
         with self._lock:
-            for seg in self._segments:
+            for seg in self._arenas + self._segments:
                 self._retire(seg)
             self._segments.clear()
+            self._arenas.clear()
 
 
 class _Mapped:
@@ -330,18 +392,23 @@ class SegmentCache:
     """Receiver-side cache of mapped segments, keyed by (sender pid, segment id)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a release finalizer may run (garbage collection) while open() holds the lock.
+        self._lock = threading.RLock()
         self._maps: dict[tuple[int, bytes], _Mapped] = {}
+        self._opens = 0
 
-    def open(self, pid: int, fd: int, seg_id: bytes, slot: int, capacity: int) -> np.ndarray:
-        """Map a sender's segment and return its data area (``[capacity]`` uint8).
+    def open(self, ref: ShmRef) -> np.ndarray:
+        """Map (or reuse the mapping of) a sender's segment and return the message's ``[nbytes]`` bytes.
 
-        The returned array's lifetime controls the busy byte ``slot``: when it (and every view of it) is
-        garbage-collected, the sender may reuse the segment.
+        When the returned array and every view of it are garbage-collected, the message's busy bytes are
+        cleared and the sender may reuse the space.
         """
+        pid, fd, seg_id, capacity, offset, nbytes, start, count = ref
         key = (pid, seg_id)
         with self._lock:
-            self._sweep()
+            self._opens += 1
+            if self._opens % 64 == 0:
+                self._sweep()
             m = self._maps.get(key)
             if m is None:
                 path = f"/proc/{pid}/fd/{fd}"
@@ -355,15 +422,15 @@ class SegmentCache:
                     raise RuntimeError(f"shared-memory segment {path} changed before it was opened")
                 self._maps[key] = m
             m.live += 1
-        area = np.frombuffer(m.mm, dtype=np.uint8, offset=_HEADER, count=capacity)
-        weakref.finalize(area, self._release, key, slot)
+        area = np.frombuffer(m.mm, dtype=np.uint8, offset=_HEADER + offset, count=nbytes)
+        weakref.finalize(area, self._release, key, start, count)
         return area
 
-    def _release(self, key: tuple[int, bytes], slot: int) -> None:
+    def _release(self, key: tuple[int, bytes], start: int, count: int) -> None:
         with self._lock:
             m = self._maps.get(key)
             if m is not None:
-                m.header[64 + slot] = 0
+                m.header[64 + start : 64 + start + count] = 0
                 m.live -= 1
 
     def _sweep(self) -> None:
