@@ -16,6 +16,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
+from ._placement import NodePlacementStrategy
 from ._worker import Worker, WorkerContext
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ class GroupLauncher:
         Raises:
             ValueError: If the name is taken or invalid, or the placement does not fit the cluster.
         """
-        from ._placement import NodePlacementStrategy  # placement is a sibling module with no Ray import
-
         group_name = self.worker_cls.__name__ if name is None else name
         if not isinstance(group_name, str) or not group_name or ":" in group_name:
             raise ValueError(f"name: expected a non-empty string without ':', got {group_name!r}")
