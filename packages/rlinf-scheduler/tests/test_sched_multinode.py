@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,16 @@ def ray_nodes() -> Iterator[RayTestCluster]:
             ray.shutdown()
     finally:
         nodes.shutdown()
+
+
+def _remove_node(nodes: RayTestCluster, node: Any) -> None:
+    """Remove a node and wait until Ray no longer counts it as alive (the next test counts nodes)."""
+    node_id = node.node_id
+    nodes.remove_node(node)
+    deadline = time.monotonic() + 60
+    while any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, f"node {node_id} still alive 60 s after removal"
+        time.sleep(0.2)
 
 
 class Probe(Worker):
@@ -141,4 +152,13 @@ def test_cluster_waits_for_a_node_that_joins_late(ray_nodes: RayTestCluster) -> 
         finally:
             cluster.shutdown()
     finally:
-        ray_nodes.remove_node(node)
+        _remove_node(ray_nodes, node)
+
+
+def test_a_node_without_node_rank_among_ranked_nodes_is_an_error(ray_nodes: RayTestCluster) -> None:
+    node = ray_nodes.add_node(num_cpus=1)
+    try:
+        with pytest.raises(ValueError, match=r"RLINF_NODE_RANK is set on 2 of 3 nodes"):
+            Cluster(num_nodes=3, node_wait_timeout_s=60)
+    finally:
+        _remove_node(ray_nodes, node)
