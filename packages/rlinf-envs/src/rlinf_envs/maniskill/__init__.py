@@ -1,0 +1,19 @@
+"""ManiSkill3 backend (CPU ``physx_cpu`` sim with state observations, GPU sim where CUDA exists).
+
+Install with ``pip install "rlinf-envs[maniskill]"``. SAPIEN needs a Vulkan driver; without a GPU run
+``scripts/install_vulkan_cpu.sh`` and export the ``VK_ICD_FILENAMES`` it prints.
+"""
+
+from ._vec import CPU_SIM_BACKENDS, GPU_SIM_BACKENDS, REWARD_MODES, VECTOR_MODES, ManiSkillVecEnv
+from ._vulkan import VulkanUnavailableError, ensure_vulkan, find_installed_icd
+
+__all__ = [
+    "CPU_SIM_BACKENDS",
+    "GPU_SIM_BACKENDS",
+    "REWARD_MODES",
+    "VECTOR_MODES",
+    "ManiSkillVecEnv",
+    "VulkanUnavailableError",
+    "ensure_vulkan",
+    "find_installed_icd",
+]

@@ -1,0 +1,446 @@
+"""ManiSkill3 tasks as an RLinf :class:`~rlinf_envs.VecEnv` (state observations, continuous actions)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Literal
+
+import numpy as np
+
+try:
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the ManiSkill tasks with gymnasium)
+    import torch
+    from mani_skill.utils import assets as ms_assets
+    from mani_skill.utils.registration import REGISTERED_ENVS
+except ImportError as e:  # pragma: no cover - exercised by the extra-missing test
+    raise ImportError(f'the ManiSkill backend needs: pip install "rlinf-envs[maniskill]" ({e})') from e
+
+from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
+
+from ._vulkan import ensure_vulkan
+
+__all__ = ["CPU_SIM_BACKENDS", "GPU_SIM_BACKENDS", "REWARD_MODES", "VECTOR_MODES", "ManiSkillVecEnv"]
+
+#: ``sim_backend`` values that run one CPU (PhysX) simulation per environment.
+CPU_SIM_BACKENDS = ("physx_cpu", "cpu")
+#: ``sim_backend`` values that run all environments in one GPU-batched PhysX scene (``"physx_cuda:1"`` too).
+GPU_SIM_BACKENDS = ("physx_cuda", "gpu", "cuda")
+REWARD_MODES = ("normalized_dense", "dense", "sparse")
+VECTOR_MODES = ("sync", "async")
+OBS_MODES = ("state",)
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+class _SingleEnv(gym.Wrapper):  # type: ignore[type-arg]
+    """One ManiSkill env (``num_envs=1``, CPU sim) as a plain gymnasium env: unbatched numpy in and out.
+
+    ``info`` carries only ``success`` (bool), so the vector env's info aggregation stays cheap. With
+    ``ignore_terminations`` the episode ends only at the time limit.
+    """
+
+    def __init__(self, env: gym.Env, ignore_terminations: bool = False) -> None:  # type: ignore[type-arg]
+        super().__init__(env)
+        self._ignore_terminations = ignore_terminations
+        base = env.unwrapped
+        self.observation_space = gym.spaces.Box(
+            -np.inf, np.inf, tuple(base.single_observation_space.shape), np.float32
+        )
+        self.action_space = base.single_action_space
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, _ = self.env.reset(seed=seed, options=options)
+        return _to_numpy(obs)[0].astype(np.float32, copy=False), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, rew, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32)[None])
+        out = {"success": bool(_to_numpy(info["success"]).reshape(-1)[0])} if "success" in info else {}
+        return (
+            _to_numpy(obs)[0].astype(np.float32, copy=False),
+            float(_to_numpy(rew).reshape(-1)[0]),
+            bool(_to_numpy(term).reshape(-1)[0]) and not self._ignore_terminations,
+            bool(_to_numpy(trunc).reshape(-1)[0]),
+            out,
+        )
+
+
+def _make_single(
+    env_id: str, make_kwargs: Mapping[str, Any], ignore_terminations: bool, torch_threads: int
+) -> _SingleEnv:
+    """Build one CPU-sim env; module level so that spawned AsyncVectorEnv workers can unpickle it."""
+    if torch_threads > 0:
+        torch.set_num_threads(torch_threads)  # a worker process of ours: one thread per env process
+    return _SingleEnv(gym.make(env_id, num_envs=1, **make_kwargs), ignore_terminations)
+
+
+_StepOut = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class _CpuSim:
+    """``num_envs`` single-env CPU simulations behind a gymnasium Sync/AsyncVectorEnv (no auto-reset)."""
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        make_kwargs: Mapping[str, Any],
+        ignore_terminations: bool,
+        vector_mode: str,
+        timeout_s: float,
+    ) -> None:
+        mode = gym.vector.AutoresetMode.DISABLED
+        self._timeout = timeout_s
+        self._async = vector_mode == "async"
+        threads = 1 if self._async else 0
+        fns = [partial(_make_single, env_id, dict(make_kwargs), ignore_terminations, threads)] * num_envs
+        if self._async:
+            # spawn, not fork: the parent may hold Vulkan/LLVM threads that a forked child would inherit mid-state.
+            self._vec: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(  # type: ignore[type-arg]
+                fns, context="spawn", autoreset_mode=mode
+            )
+        else:
+            self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        self.single_observation_space = self._vec.single_observation_space
+        self.single_action_space = self._vec.single_action_space
+
+    def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
+        # Same seed → same initial state: ManiSkill seeds its episode RNG (and torch) from the reset seed.
+        if self._async:
+            self._vec.reset_async(seed=seeds)  # type: ignore[attr-defined]
+            obs, _ = self._vec.reset_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        else:
+            obs, _ = self._vec.reset(seed=seeds)
+        return np.asarray(obs, dtype=np.float32)
+
+    def reset_done(self, mask: np.ndarray) -> np.ndarray:
+        options = {"reset_mask": mask}
+        if self._async:
+            self._vec.reset_async(options=options)  # type: ignore[attr-defined]
+            obs, _ = self._vec.reset_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        else:
+            obs, _ = self._vec.reset(options=options)
+        return np.asarray(obs, dtype=np.float32)
+
+    def step(self, actions: np.ndarray) -> _StepOut:
+        if self._async:
+            self._vec.step_async(actions)  # type: ignore[attr-defined]
+            obs, rew, term, trunc, info = self._vec.step_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        else:
+            obs, rew, term, trunc, info = self._vec.step(actions)
+        success = np.asarray(info.get("success", np.zeros(len(rew), dtype=bool)), dtype=bool)
+        return (
+            np.asarray(obs, dtype=np.float32),
+            np.asarray(rew),
+            np.asarray(term),
+            np.asarray(trunc),
+            success,
+        )
+
+    def close(self) -> None:
+        self._vec.close()
+
+
+class _GpuSim:
+    """All envs in one GPU-batched ManiSkill scene (``num_envs`` sub-scenes, partial resets by index).
+
+    Written against ManiSkill's batched API (``gym.make(..., num_envs=N, sim_backend="physx_cuda")``,
+    ``reset(options={"env_idx": ...})``, ``get_state``/``reset_to_env_states``); not run on the CPU-only
+    development machine.
+    """
+
+    def __init__(
+        self, env_id: str, num_envs: int, make_kwargs: Mapping[str, Any], ignore_terminations: bool
+    ) -> None:
+        self._ignore_terminations = ignore_terminations
+        self._env = gym.make(env_id, num_envs=num_envs, **make_kwargs)
+        self._base = self._env.unwrapped
+        self._n = num_envs
+        self._device = self._base.device
+        self.single_observation_space = self._base.single_observation_space
+        self.single_action_space = self._base.single_action_space
+
+    def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
+        seed_arg = None if seeds[0] is None else [int(s) for s in seeds if s is not None]
+        obs, _ = self._env.reset(seed=seed_arg)
+        if group_size > 1:
+            # The batched scene draws every sub-scene's initial state from one torch generator, so equal seeds do
+            # not give equal states: copy each group leader's simulator state to its members instead.
+            state = self._base.get_state()
+            idx = torch.arange(self._n, device=self._device)
+            leaders = idx // group_size * group_size
+            obs, _ = self._env.reset(
+                options={"env_idx": idx, "reset_to_env_states": {"env_states": state[leaders]}}
+            )
+        return _to_numpy(obs).astype(np.float32, copy=False)
+
+    def reset_done(self, mask: np.ndarray) -> np.ndarray:
+        idx = torch.as_tensor(np.flatnonzero(mask), device=self._device)
+        obs, _ = self._env.reset(options={"env_idx": idx})
+        return _to_numpy(obs).astype(np.float32, copy=False)
+
+    def step(self, actions: np.ndarray) -> _StepOut:
+        a = torch.as_tensor(actions, dtype=torch.float32, device=self._device)
+        obs, rew, term, trunc, info = self._env.step(a)
+        success = _to_numpy(info["success"]).astype(bool) if "success" in info else np.zeros(self._n, bool)
+        term_np = _to_numpy(term).astype(bool).reshape(self._n) & (not self._ignore_terminations)
+        trunc_np = _to_numpy(trunc).astype(bool).reshape(self._n)
+        return _to_numpy(obs).astype(np.float32, copy=False), _to_numpy(rew), term_np, trunc_np, success
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def _check_env_id(env_id: str) -> None:
+    if env_id not in REGISTERED_ENVS:
+        close = difflib.get_close_matches(env_id, list(REGISTERED_ENVS), n=5)
+        raise ValueError(f"env id {env_id!r} is not a registered ManiSkill task; similar: {close or 'none'}")
+    # ManiSkill would otherwise prompt on stdin and exit() for tasks whose assets are not downloaded yet.
+    missing = []
+    for asset_id in REGISTERED_ENVS[env_id].asset_download_ids or []:
+        ids = (
+            ms_assets.expand_data_group_into_individual_data_source_ids(asset_id)
+            if asset_id in ms_assets.DATA_GROUPS
+            else [asset_id]
+        )
+        missing += [a for a in ids if not ms_assets.is_data_source_downloaded(a)]
+    if missing:
+        raise ValueError(
+            f"ManiSkill task {env_id!r} needs assets that are not downloaded: {missing[:5]}"
+            f"{' ...' if len(missing) > 5 else ''}; fetch them with `python -m mani_skill.utils.download_asset "
+            f"{env_id}` where the asset hosts are reachable, or pick a procedural task such as PushCube-v1 or PickCube-v1"
+        )
+
+
+class ManiSkillVecEnv:
+    """``num_envs`` ManiSkill3 environments stepped with action chunks, auto-reset and group-shared seeds.
+
+    Two simulation paths behind one interface:
+
+    * ``sim_backend="physx_cpu"`` (the only one this CPU-only machine runs): one single-env ManiSkill instance
+      per environment (the CPU PhysX scene holds one env), vectorised by a gymnasium ``SyncVectorEnv``
+      (in-process) or ``AsyncVectorEnv`` (one spawned process per env, ``vector_mode="async"``). About 450-500
+      env-steps/s per core for PushCube-v1; see ``bench/maniskill_cpu.py``.
+    * ``sim_backend="physx_cuda"``/``"gpu"``: one GPU-batched ManiSkill scene with ``num_envs`` sub-scenes in
+      this process, partial resets by index. Needs CUDA and the NVIDIA Vulkan driver; it is written against
+      ManiSkill's documented batched API but has NOT been run here (no GPU on the development machine) and its
+      test is skipped without CUDA. Group sharing (``group_size > 1``) copies the simulator state of each group's
+      first env to the others after the reset (equal seeds do not give equal states in a batched scene).
+
+    SAPIEN needs a Vulkan driver even for state observations; on a machine without a GPU that is Mesa lavapipe
+    >= 24 (``scripts/install_vulkan_cpu.sh``, then ``export VK_ICD_FILENAMES=...``). Construction checks it in a
+    subprocess first and raises :class:`~rlinf_envs.maniskill.VulkanUnavailableError` naming what to install.
+
+    Observations are ManiSkill's flat ``"state"`` vector, ``[N, obs_dim]`` float32 (``obs_dim=35`` for
+    PushCube-v1, ``42`` for PickCube-v1 with the default Panda). Actions are continuous ``[N, C, action_dim]``
+    (``action_dim=8`` for the Panda's default ``pd_joint_delta_pos``), clipped to the action box. An episode's
+    ``success`` in :class:`~rlinf_envs.EpisodeStats` is True if ManiSkill's ``info["success"]`` was True at any
+    step of it (by default a success also terminates the episode).
+
+    Args:
+        env_id: a ManiSkill task id whose assets ship with the package, e.g. ``"PushCube-v1"``, ``"PickCube-v1"``.
+        num_envs: number of environments (a multiple of ``group_size``).
+        group_size: consecutive envs sharing initial states on ``reset``.
+        auto_reset: reset an env as soon as its episode ends (otherwise it reports ``done`` with zero reward
+            until the next ``reset``).
+        max_episode_steps: time limit (``None`` keeps the task's registered one, 50 for PushCube/PickCube).
+        sim_backend: one of ``CPU_SIM_BACKENDS`` or ``GPU_SIM_BACKENDS`` (``"physx_cuda:N"`` selects a device).
+        obs_mode: only ``"state"``.
+        control_mode: the robot's controller, e.g. ``"pd_joint_delta_pos"`` or ``"pd_ee_delta_pose"``
+            (``None`` = the task's default).
+        reward_mode: ``"normalized_dense"`` (default, rewards in [0, 1]), ``"dense"`` or ``"sparse"``.
+        ignore_terminations: episodes end only at the time limit (success no longer terminates them).
+        vector_mode: CPU only: ``"sync"`` (in-process) or ``"async"`` (a spawned process per env).
+        render_backend: SAPIEN render device; ``None`` = ``"gpu"`` if CUDA is available else ``"cpu"``.
+        step_timeout_s: async mode: a worker that does not answer within this many seconds is an error.
+        env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``robot_uids``).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        *,
+        group_size: int = 1,
+        auto_reset: bool = True,
+        max_episode_steps: int | None = None,
+        sim_backend: str = "physx_cpu",
+        obs_mode: Literal["state"] = "state",
+        control_mode: str | None = None,
+        reward_mode: str = "normalized_dense",
+        ignore_terminations: bool = False,
+        vector_mode: str = "sync",
+        render_backend: str | None = None,
+        step_timeout_s: float = 120.0,
+        env_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if group_size < 1 or num_envs % group_size:
+            raise ValueError(
+                f"group_size must divide num_envs: got group_size={group_size}, num_envs={num_envs}"
+            )
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
+        if obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+        if vector_mode not in VECTOR_MODES:
+            raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
+        backend = sim_backend.split(":")[0]
+        if backend not in CPU_SIM_BACKENDS + GPU_SIM_BACKENDS:
+            raise ValueError(
+                f"sim_backend must be one of {CPU_SIM_BACKENDS + GPU_SIM_BACKENDS}, got {sim_backend!r}"
+            )
+        gpu = backend in GPU_SIM_BACKENDS
+        if gpu and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"sim_backend={sim_backend!r} needs a CUDA device and none is available; "
+                f"use sim_backend='physx_cpu' on this machine"
+            )
+        _check_env_id(env_id)
+        if render_backend is None:
+            render_backend = "gpu" if torch.cuda.is_available() else "cpu"
+        ensure_vulkan("cuda" if render_backend in ("gpu", "cuda", "sapien_cuda") else "cpu")
+
+        make_kwargs: dict[str, Any] = {
+            "obs_mode": obs_mode,
+            "reward_mode": reward_mode,
+            "sim_backend": sim_backend,
+            "render_backend": render_backend,
+            **(env_kwargs or {}),
+        }
+        if control_mode is not None:
+            make_kwargs["control_mode"] = control_mode
+        if max_episode_steps is not None:
+            make_kwargs["max_episode_steps"] = max_episode_steps
+
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.auto_reset = auto_reset
+        self.ignore_terminations = ignore_terminations
+        self.sim_backend = sim_backend
+        try:
+            self._sim: _CpuSim | _GpuSim = (
+                _GpuSim(env_id, num_envs, make_kwargs, ignore_terminations)
+                if gpu
+                else _CpuSim(env_id, num_envs, make_kwargs, ignore_terminations, vector_mode, step_timeout_s)
+            )
+        except AssertionError as e:  # ManiSkill checks the control mode with an assert
+            if "supported modes" in str(e):
+                raise ValueError(f"control_mode {control_mode!r} is not supported: {e}") from e
+            raise
+        obs_space, act_space = self._sim.single_observation_space, self._sim.single_action_space
+        self.spec = EnvSpec(
+            tuple(int(d) for d in obs_space.shape),
+            "continuous",
+            int(act_space.shape[0]),
+            action_low=tuple(float(x) for x in act_space.low),
+            action_high=tuple(float(x) for x in act_space.high),
+        )
+        self._low = np.asarray(self.spec.action_low, dtype=np.float32)
+        self._high = np.asarray(self.spec.action_high, dtype=np.float32)
+        self._obs = np.zeros((num_envs, *self.spec.obs_shape), dtype=np.float32)
+        self._ret = np.zeros(num_envs, dtype=np.float64)
+        self._len = np.zeros(num_envs, dtype=np.int64)
+        self._success = np.zeros(num_envs, dtype=bool)
+        self._finished = np.zeros(num_envs, dtype=bool)
+        self._was_reset = False
+        self._closed = False
+
+    def reset(self, *, seed: int | None = None) -> np.ndarray:
+        """Reset every env; env ``i`` uses seed ``seed + i // group_size`` (shared within a group).
+
+        Returns:
+            ``[N, obs_dim]`` float32 initial observations.
+        """
+        self._check_open()
+        seeds: list[int | None] = [
+            None if seed is None else seed + i // self.group_size for i in range(self.num_envs)
+        ]
+        self._obs[:] = self._sim.reset(seeds, self.group_size)
+        self._ret[:] = 0.0
+        self._len[:] = 0
+        self._success[:] = False
+        self._finished[:] = False
+        self._was_reset = True
+        return self._obs.copy()
+
+    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
+        actions = np.asarray(actions, dtype=np.float32)
+        n, d = self.num_envs, self.spec.action_dim
+        if actions.ndim != 3 or actions.shape[0] != n or actions.shape[2] != d or actions.shape[1] < 1:
+            raise ValueError(
+                f"actions must be [num_envs={n}, chunk, action_dim={d}], got shape {actions.shape}"
+            )
+        if not np.isfinite(actions).all():
+            raise ValueError("actions contain NaN or inf")
+        return np.clip(actions, self._low, self._high)
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Execute a chunk of actions ``[N, C, action_dim]`` (clipped to the action box).
+
+        All envs advance together one step at a time; an env whose episode ends mid-chunk is reset at once
+        (``auto_reset``) and continues the chunk in its new episode.
+        """
+        self._check_open()
+        if not self._was_reset:
+            raise RuntimeError("call reset() before chunk_step()")
+        actions = self._check_actions(actions)
+        n, c = actions.shape[:2]
+        rewards = np.zeros((n, c), dtype=np.float32)
+        terms = np.zeros((n, c), dtype=bool)
+        truncs = np.zeros((n, c), dtype=bool)
+        final_obs = self._obs.copy()
+        stats = EpisodeStats()
+        for k in range(c):
+            obs, rew, term, trunc, success = self._sim.step(actions[:, k])
+            live = ~self._finished
+            terms[~live, k] = True  # without auto-reset a finished env stays done with zero reward
+            rewards[live, k] = rew[live]
+            terms[live, k] = term[live]
+            truncs[live, k] = trunc[live]
+            self._ret[live] += rew[live]
+            self._len[live] += 1
+            self._success[live] |= success[live]
+            self._obs[live] = obs[live]
+            ended = live & (term | trunc)
+            # A finished env is reset in the simulator too (the vector env refuses to step an ended episode);
+            # without auto-reset its new episode is simply not reported.
+            need_reset = ended | (self._finished & (term | trunc))
+            if ended.any():
+                for i in np.flatnonzero(ended):
+                    stats.returns.append(float(self._ret[i]))
+                    stats.lengths.append(int(self._len[i]))
+                    stats.successes.append(bool(self._success[i]))
+                final_obs[ended] = obs[ended]
+                self._ret[ended], self._len[ended], self._success[ended] = 0.0, 0, False
+            if need_reset.any():
+                new_obs = self._sim.reset_done(need_reset)
+                if self.auto_reset:
+                    self._obs[ended] = new_obs[ended]
+                else:
+                    self._finished |= ended
+        last_done = terms[:, -1] | truncs[:, -1]
+        final_obs[~last_done] = self._obs[~last_done]
+        return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this ManiSkillVecEnv is closed")
+
+    def close(self) -> None:
+        """Close the simulators (and the worker processes in async mode); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._sim.close()
