@@ -346,13 +346,14 @@ class Cluster:
         return group.env_vars_on(node_rank), group.python_interpreter_on(node_rank)
 
     def reserve_port(self, node_rank: int) -> int | ray.ObjectRef[int]:
-        """A free TCP port on node ``node_rank``, never handed out twice by this cluster.
+        """A TCP port that was free on node ``node_rank`` a moment ago (for ``MASTER_PORT``).
 
-        Returns the port itself when the node is the driver's, else an ``ObjectRef`` to it (so launching stays
-        non-blocking; Ray resolves it when passed to an actor).
+        On the driver's node the port is picked here and never handed out twice by this cluster. On another
+        node a task picks it there; the result is an ``ObjectRef`` so that launching stays non-blocking (Ray
+        resolves it when it is passed to an actor).
         """
         node = self.node(node_rank)
-        if node.ip == ray.util.get_node_ip_address():  # type: ignore[no-untyped-call]
+        if node.node_id == ray.get_runtime_context().get_node_id():
             with self._lock:
                 for _ in range(64):
                     port = _reserve_free_port()
