@@ -108,6 +108,7 @@ def test_cluster_probes_its_node_and_simulates_accelerators(ray_instance: None) 
         assert node.ip == ray.util.get_node_ip_address()
         assert node.num_cpus == 2 and node.num_accelerators == 3 and node.accelerator_model == "simulated"
         assert Path(node.python_interpreter).name.startswith("python")
+        assert node.python_version == ".".join(str(v) for v in sys.version_info[:3])
         assert cluster.namespace.startswith("rlinf-")
         with pytest.raises(IndexError, match=r"node rank 1 out of range: the cluster has nodes 0\.\.0"):
             cluster.node(1)
@@ -179,6 +180,7 @@ import ray
 from rlinf_scheduler import Cluster
 with Cluster(num_nodes=1, num_cpus=1) as cluster:
     print("GCS", ray.get_runtime_context().gcs_address, cluster.num_nodes)
+print("CONNECTED AFTER SHUTDOWN", ray.is_initialized())
 """
 
 
@@ -193,6 +195,8 @@ def _run_driver(env_updates: dict[str, str]) -> str:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    # The cluster made the connection, so its shutdown closes it.
+    assert "CONNECTED AFTER SHUTDOWN False" in proc.stdout
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("GCS ")]
     return line
 

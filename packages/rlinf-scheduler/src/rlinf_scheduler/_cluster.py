@@ -55,6 +55,7 @@ class NodeInfo:
         accelerator_model: e.g. ``"A100"``; ``"simulated"`` for simulated slots, ``""`` if none/unknown.
         num_accelerators: Accelerators (or simulated slots) on the node.
         python_interpreter: Default Python interpreter of Ray workers on the node.
+        python_version: Its version, e.g. ``"3.11.7"``.
         is_head: Whether this is the Ray head node.
         env_vars: Variables every worker on the node gets (e.g. ``GLOO_SOCKET_IFNAME`` from
             ``RLINF_COMM_NET_DEVICES``).
@@ -68,6 +69,7 @@ class NodeInfo:
     accelerator_model: str
     num_accelerators: int
     python_interpreter: str
+    python_version: str
     is_head: bool
     env_vars: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -272,6 +274,7 @@ class Cluster:
             accelerator_model=acc_model,
             num_accelerators=acc_count,
             python_interpreter=probe["python"],
+            python_version=probe["python_version"],
             is_head=_HEAD_RESOURCE in resources,
             env_vars=env,
         )
