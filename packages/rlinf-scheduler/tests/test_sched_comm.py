@@ -93,6 +93,14 @@ class Peer(Worker):
     def pool_stats(self) -> dict[str, int]:
         return self._comm().pool.stats()
 
+    def send_cuda(self, group: str, rank: int) -> None:
+        payload = {"g": torch.arange(BIG, device="cuda", dtype=torch.float32), "c": torch.ones(2)}
+        self.send(payload, group, rank)
+
+    def recv_devices(self, group: str, rank: int) -> tuple[str, str, float]:
+        got = self.recv(group, rank, timeout=60)
+        return got["g"].device.type, got["c"].device.type, float(got["g"].sum().cpu())
+
     def recv_mutate_and_report(self, group: str, rank: int) -> tuple[float, bool]:
         t = self.recv(group, rank, timeout=30)
         t += 1  # received tensors are writable
@@ -237,3 +245,12 @@ def test_broadcast_rejects_a_source_outside_groups(groups: tuple[WorkerGroup, Wo
     a, _ = groups
     (msg,) = a.execute_on(0).call_error("broadcast", 1, [("ca", [0, 1])], ("cb", 0)).wait(timeout=30)
     assert msg.startswith("ValueError: broadcast source ('cb', 0) is not among groups")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_tensors_arrive_on_a_gpu(groups: tuple[WorkerGroup, WorkerGroup]) -> None:
+    a, b = groups
+    recv = b.execute_on(0).recv_devices("ca", 0)
+    a.execute_on(0).send_cuda("cb", 0).wait(timeout=60)
+    assert recv.wait(timeout=60) == [("cuda", "cpu", float(BIG * (BIG - 1) / 2))]

@@ -30,7 +30,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
-from rlinf_scheduler._transport_socket import FrameClient, FrameServer, recv_exact
+from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip, recv_exact
 
 __all__ = ["DEFAULT_KEY", "Channel", "Empty", "Full"]
 
@@ -86,10 +86,10 @@ class _ChannelActor:
         self._name = name
         self._maxsize = maxsize
         self._queues: dict[Any, _KeyQueue] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
-        self._host = ray.util.get_node_ip_address()
+        self._host = node_ip()
 
     async def address(self) -> tuple[str, int, int]:
         """Start the server on first call; return (host, port, maxsize)."""
@@ -99,7 +99,7 @@ class _ChannelActor:
         return self._host, port, self._maxsize
 
     def _queue(self, key: Any) -> _KeyQueue:
-        q = self._queues.get(key)
+        q: _KeyQueue | None = self._queues.get(key)
         if q is None:
             q = self._queues[key] = _KeyQueue()
         return q
@@ -174,8 +174,8 @@ class _ChannelActor:
             q.getters.append(_Waiter(fut, target=target))
             return fut
         if op == "qsize":
-            q = self._queues.get(args[0])
-            return ("ok", 0 if q is None else len(q.items))
+            found = self._queues.get(args[0])
+            return ("ok", 0 if found is None else len(found.items))
         if op == "maxsize":
             return ("ok", self._maxsize)
         return ("error", ValueError(f"unknown channel operation {op!r}"))
@@ -331,7 +331,7 @@ class _ProcessState:
     def server_address(self) -> tuple[str, int]:
         with self.lock:
             if self._server is None:
-                self._server = FrameServer(ray.util.get_node_ip_address(), self._serve_fetch)
+                self._server = FrameServer(node_ip(), self._serve_fetch)
             return self._server.address
 
     def _serve_fetch(self, kind: int, body: memoryview) -> list[Any]:
@@ -454,7 +454,7 @@ class Channel:
         global _ACTOR_CLS
         if _ACTOR_CLS is None:
             _ACTOR_CLS = ray.remote(_ChannelActor)
-        actor = _ACTOR_CLS.options(  # type: ignore[attr-defined]
+        actor = _ACTOR_CLS.options(
             name=f"rlinf-channel:{name}", get_if_exists=True, num_cpus=0, max_concurrency=1000
         ).remote(name, maxsize)
         try:

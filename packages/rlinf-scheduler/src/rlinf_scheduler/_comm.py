@@ -27,7 +27,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
-from rlinf_scheduler._transport_socket import FrameClient, FrameServer
+from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip
 
 __all__ = ["CommMixin", "Work"]
 
@@ -146,7 +146,7 @@ class _CommState:
         self.cache = tp.SegmentCache()
         self.gloo: Any = None
         self.stats: dict[str, int] = {"inline": 0, "shm": 0, "gloo": 0}
-        self.server = FrameServer(ray.util.get_node_ip_address(), self._on_frame)
+        self.server = FrameServer(node_ip(), self._on_frame)
 
     def _on_frame(self, kind: int, body: memoryview) -> None:
         src, stream, seq, msg = pickle.loads(body)
@@ -256,7 +256,8 @@ def _peer(group_name: str, rank: int, what: str) -> PeerKey:
 
 
 def _members(groups: Sequence[tuple[str, int | Iterable[int]]]) -> list[PeerKey]:
-    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
+    raw: object = groups  # checked at run time: callers may pass anything
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence) or not raw:
         raise ValueError(f"groups must be a non-empty list of (group_name, ranks) pairs, got {groups!r}")
     out: set[PeerKey] = set()
     for item in groups:

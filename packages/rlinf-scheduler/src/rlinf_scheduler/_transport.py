@@ -87,7 +87,7 @@ class Encoded:
     total: int
 
 
-class _Pickler(cloudpickle.CloudPickler):
+class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
     def __init__(self, file: io.BytesIO, out: Encoded) -> None:
         super().__init__(file, protocol=5)
         self._out = out
@@ -106,15 +106,15 @@ class _Pickler(cloudpickle.CloudPickler):
         t = type(obj)
         if t is np.ndarray and not obj.dtype.hasobject:
             arr = np.ascontiguousarray(obj)
-            kw = {"kind": "numpy", "dtype": arr.dtype.str, "shape": tuple(arr.shape)}
-            return ("rlinf-buf", self._add(kw, arr, arr.nbytes))
+            np_kw: dict[str, Any] = {"kind": "numpy", "dtype": arr.dtype.str, "shape": tuple(arr.shape)}
+            return ("rlinf-buf", self._add(np_kw, arr, arr.nbytes))
         if t in self._tensor_types:
             if obj.layout != sys.modules["torch"].strided or obj.is_quantized or obj.is_meta:
                 return None  # rare layouts: let torch pickle them itself
             ten = obj.detach()
             if not ten.is_contiguous():
                 ten = ten.contiguous()
-            kw = {
+            kw: dict[str, Any] = {
                 "kind": "param" if t is not self._tensor_types[0] else "torch",
                 "dtype": str(ten.dtype).removeprefix("torch."),
                 "shape": tuple(ten.shape),
@@ -156,6 +156,7 @@ def write_buffers(enc: Encoded, dst: np.ndarray) -> None:
         if isinstance(src, np.ndarray):
             window[...] = src.reshape(-1).view(np.uint8)
         else:  # torch.Tensor: torch copies large buffers with several threads, and from GPU memory
+            assert torch is not None
             flat = src.reshape(-1)
             if flat.dtype != torch.uint8:
                 flat = flat.view(torch.uint8)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import ray
+from rlinf_scheduler._transport_socket import node_ip
 
 try:
     import torch
@@ -61,14 +61,15 @@ def _device() -> Any:
     ifname = os.environ.get("GLOO_SOCKET_IFNAME")
     if ifname:
         return dist.ProcessGroupGloo.create_device(interface=ifname.split(",")[0])
-    return dist.ProcessGroupGloo.create_device(hostname=ray.util.get_node_ip_address())
+    return dist.ProcessGroupGloo.create_device(hostname=node_ip())
 
 
 def _build(store: Any, rank: int, timeout_s: float) -> Any:
-    opts = dist.ProcessGroupGloo._Options()
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     opts._timeout = datetime.timedelta(seconds=timeout_s)
     opts._devices = [_device()]
-    return dist.ProcessGroupGloo(dist.PrefixStore("rlinf-pair/", store), rank, 2, opts)
+    prefixed = dist.PrefixStore("rlinf-pair/", store)  # type: ignore[attr-defined]
+    return dist.ProcessGroupGloo(prefixed, rank, 2, opts)
 
 
 class GlooPairs:
@@ -124,8 +125,8 @@ class GlooPairs:
             if fut is not None:
                 return fut
             if is_master:
-                host = ray.util.get_node_ip_address()
-                store = dist.TCPStore(
+                host = node_ip()
+                store = dist.TCPStore(  # type: ignore[attr-defined]
                     host,
                     0,
                     2,
@@ -142,7 +143,7 @@ class GlooPairs:
 
             def connect() -> GlooPair:
                 host, port = addr if addr is not None else self._ask_master(peer)
-                store = dist.TCPStore(
+                store = dist.TCPStore(  # type: ignore[attr-defined]
                     host, port, 2, False, timeout=datetime.timedelta(seconds=_SETUP_TIMEOUT_S)
                 )
                 return GlooPair(_build(store, 1, _SETUP_TIMEOUT_S), 0, store)

@@ -8,6 +8,7 @@ payloads) go straight from process to process. A frame is an 8-byte little-endia
 from __future__ import annotations
 
 import contextlib
+import logging
 import pickle
 import socket
 import struct
@@ -15,11 +16,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import ray
+
 __all__: list[str] = []
 
+_log = logging.getLogger(__name__)
 _LEN = struct.Struct("<Q")
 _ONEWAY = 0
 _REQUEST = 1
+
+
+def node_ip() -> str:
+    """This node's IP address as Ray sees it (what other nodes can reach)."""
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 
 def _sendall(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
@@ -91,7 +100,11 @@ class FrameServer:
                     kind, body = _recv_frame(conn)
                 except (ConnectionError, OSError):
                     return
-                reply = self._handler(kind, body)
+                try:
+                    reply = self._handler(kind, body)
+                except Exception:  # keep serving the connection; the sender's wait will time out
+                    _log.exception("rlinf_scheduler: failed to handle a control frame")
+                    reply = None
                 if kind == _REQUEST:
                     parts = reply or []
                     total = sum(memoryview(p).nbytes for p in parts)
