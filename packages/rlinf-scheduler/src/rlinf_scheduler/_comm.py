@@ -186,6 +186,8 @@ class _CommState:
                 values = ray.get(refs, timeout=_INFO_TIMEOUT_S)
             except ray.exceptions.GetTimeoutError:
                 raise TimeoutError(f"workers {missing} did not answer within {_INFO_TIMEOUT_S} s") from None
+            except ray.exceptions.RayActorError as e:
+                raise RuntimeError(f"one of the workers {missing} is gone") from e
             with self.lock:
                 self.info.update(zip(missing, values, strict=True))
         with self.lock:
