@@ -121,13 +121,15 @@ class _CpuSim:
             obs, _ = self._vec.reset(seed=seeds)
         return np.asarray(obs, dtype=np.float32)
 
-    def reset_done(self, mask: np.ndarray) -> np.ndarray:
+    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> np.ndarray:
+        # Explicit seeds: without one ManiSkill draws the new episode from the process-global torch RNG, which
+        # differs between sync (one shared RNG) and async (one per process, all starting equal) execution.
         options = {"reset_mask": mask}
         if self._async:
-            self._vec.reset_async(options=options)  # type: ignore[attr-defined]
+            self._vec.reset_async(seed=seeds, options=options)  # type: ignore[attr-defined]
             obs, _ = self._vec.reset_wait(timeout=self._timeout)  # type: ignore[attr-defined]
         else:
-            obs, _ = self._vec.reset(options=options)
+            obs, _ = self._vec.reset(seed=seeds, options=options)
         return np.asarray(obs, dtype=np.float32)
 
     def step(self, actions: np.ndarray) -> _StepOut:
@@ -169,8 +171,7 @@ class _GpuSim:
         self.single_action_space = self._base.single_action_space
 
     def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
-        seed_arg = None if seeds[0] is None else [int(s) for s in seeds if s is not None]
-        obs, _ = self._env.reset(seed=seed_arg)
+        obs, _ = self._env.reset(seed=[int(s or 0) for s in seeds])
         if group_size > 1:
             # The batched scene draws every sub-scene's initial state from one torch generator, so equal seeds do
             # not give equal states: copy each group leader's simulator state to its members instead.
@@ -182,9 +183,14 @@ class _GpuSim:
             )
         return _to_numpy(obs).astype(np.float32, copy=False)
 
-    def reset_done(self, mask: np.ndarray) -> np.ndarray:
+    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> np.ndarray:
+        # A partial reset with seeds would replace every sub-scene's episode seed; instead seed the torch RNG the
+        # batched scene draws from with the first reset env's seed (reproducible, independent of other state).
         idx = torch.as_tensor(np.flatnonzero(mask), device=self._device)
-        obs, _ = self._env.reset(options={"env_idx": idx})
+        devices = [self._device] if self._device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(seeds[int(idx[0])] or 0))
+            obs, _ = self._env.reset(options={"env_idx": idx})
         return _to_numpy(obs).astype(np.float32, copy=False)
 
     def step(self, actions: np.ndarray) -> _StepOut:
@@ -355,6 +361,7 @@ class ManiSkillVecEnv:
         self._len = np.zeros(num_envs, dtype=np.int64)
         self._success = np.zeros(num_envs, dtype=bool)
         self._finished = np.zeros(num_envs, dtype=bool)
+        self._seed_rngs: list[np.random.Generator] = []
         self._was_reset = False
         self._closed = False
 
@@ -365,9 +372,16 @@ class ManiSkillVecEnv:
             ``[N, obs_dim]`` float32 initial observations.
         """
         self._check_open()
-        seeds: list[int | None] = [
-            None if seed is None else seed + i // self.group_size for i in range(self.num_envs)
-        ]
+        n_groups = self.num_envs // self.group_size
+        group_seeds = (
+            [seed + g for g in range(n_groups)]
+            if seed is not None
+            else [int(s) for s in np.random.default_rng().integers(0, 2**31 - 1, n_groups)]
+        )
+        seeds: list[int | None] = [group_seeds[i // self.group_size] for i in range(self.num_envs)]
+        # Later episodes of env i are seeded from a generator seeded with its reset seed: reproducible runs,
+        # and group members keep sharing their sequence of initial states (as in GymnasiumVecEnv).
+        self._seed_rngs = [np.random.default_rng(s) for s in seeds]
         self._obs[:] = self._sim.reset(seeds, self.group_size)
         self._ret[:] = 0.0
         self._len[:] = 0
@@ -426,7 +440,10 @@ class ManiSkillVecEnv:
                 final_obs[ended] = obs[ended]
                 self._ret[ended], self._len[ended], self._success[ended] = 0.0, 0, False
             if need_reset.any():
-                new_obs = self._sim.reset_done(need_reset)
+                reset_seeds: list[int | None] = [
+                    int(self._seed_rngs[i].integers(2**31 - 1)) if need_reset[i] else None for i in range(n)
+                ]
+                new_obs = self._sim.reset_done(need_reset, reset_seeds)
                 if self.auto_reset:
                     self._obs[ended] = new_obs[ended]
                 else:
