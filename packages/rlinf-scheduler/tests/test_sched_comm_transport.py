@@ -129,3 +129,20 @@ def test_get_batch_arithmetic() -> None:
     assert _batch_len(deque(items), 2) == 1  # 1 + 2 would overshoot 2
     assert _batch_len(deque(items), 10) is None  # 6 < 10: wait for more
     assert _batch_len(deque([(5.0, b"")]), 4) == 0  # the head alone is too heavy
+
+
+def test_channel_create_needs_a_ray_connection() -> None:
+    import ray
+    from rlinf_scheduler import Channel
+
+    if ray.is_initialized():
+        pytest.skip("another test of this process connected Ray")
+    with pytest.raises(RuntimeError, match=r"Channel.create\('c'\): Ray is not connected"):
+        Channel.create("c")
+
+
+def test_a_message_whose_sender_is_gone_is_a_clear_error() -> None:
+    cache = tp.SegmentCache()
+    ref = (2**22 + 12345, 999, b"x" * 16, 1024, 0, 10, 0, 1)  # a pid that does not exist
+    with pytest.raises(RuntimeError, match=r"the sender \(pid 4206649\) of this message exited"):
+        cache.open(ref)

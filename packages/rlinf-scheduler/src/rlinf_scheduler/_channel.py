@@ -451,6 +451,10 @@ class Channel:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"maxsize must be an int >= 0, got {maxsize!r}")
+        if not ray.is_initialized():
+            raise RuntimeError(
+                f"Channel.create({name!r}): Ray is not connected; create the Cluster (or call ray.init) first"
+            )
         global _ACTOR_CLS
         if _ACTOR_CLS is None:
             _ACTOR_CLS = ray.remote(_ChannelActor)

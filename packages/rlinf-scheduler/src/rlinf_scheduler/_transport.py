@@ -413,7 +413,13 @@ class SegmentCache:
             m = self._maps.get(key)
             if m is None:
                 path = f"/proc/{pid}/fd/{fd}"
-                rfd = os.open(path, os.O_RDWR)
+                try:
+                    rfd = os.open(path, os.O_RDWR)
+                except OSError as e:
+                    raise RuntimeError(
+                        f"the sender (pid {pid}) of this message exited or closed its shared memory "
+                        f"before the message was received ({e})"
+                    ) from e
                 try:
                     mm = mmap.mmap(rfd, _HEADER + capacity, flags=mmap.MAP_SHARED)
                 finally:
