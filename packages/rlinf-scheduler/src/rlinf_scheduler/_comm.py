@@ -419,11 +419,11 @@ class CommMixin:
                 st.stats["shm"] += 1
         if not remote:
             return _finished_work()
+        pairs = st.gloo_pairs()  # first: its import error names the extra to install
         import torch  # the cross-node transport stages bytes in a torch tensor
 
         staging = torch.empty(enc.total, dtype=torch.uint8)
         tp.write_buffers(enc, staging.numpy())
-        pairs = st.gloo_pairs()
         works = []
         for peer, seq in remote:
             pair = pairs.get(peer)
