@@ -432,7 +432,7 @@ class CommMixin:
             works.append(pair.send(staging, tag))
             st.stats["gloo"] += 1
 
-        def wait(timeout: float | None) -> None:
+        def wait(timeout: float | None, _staging: Any = staging) -> None:  # keeps staging alive
             for w in works:
                 if timeout is None:
                     w.wait()
