@@ -1,0 +1,7 @@
+"""Repository-wide pytest setup (test infrastructure only; libraries never set environment variables)."""
+
+import os
+
+# Ray 2.60 re-wraps every worker in its own `uv run` when the driver runs under uv; the synced venv already
+# has everything. The variable is read when ray is imported, so it must be set before any test imports it.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
