@@ -273,6 +273,34 @@ def _members(groups: Sequence[tuple[str, int | Iterable[int]]]) -> list[PeerKey]
     return sorted(out)
 
 
+def _broadcast_plan(
+    st: _CommState, members: list[PeerKey], src: PeerKey
+) -> tuple[list[PeerKey], dict[PeerKey, list[PeerKey]]]:
+    """Who sends to whom: the same on every participant (it depends only on the members and their nodes).
+
+    The source sends to every member of its node (one shared-memory copy) and to one *leader* per other node
+    (the smallest ``(group, rank)`` there, over the pair's gloo group); each leader passes the object on to
+    the other members of its node through shared memory. So each node is crossed once, not once per rank.
+
+    Returns:
+        (the source's receivers, {leader: the members it relays to}).
+    """
+    info = st.peer_info([m for m in members if m != st.me])
+    node = {m: info[m][0] for m in info}
+    node[st.me] = st.node_id
+    by_node: dict[str, list[PeerKey]] = {}
+    for m in members:
+        if m != src:
+            by_node.setdefault(node[m], []).append(m)
+    direct = list(by_node.pop(node[src], []))
+    relays: dict[PeerKey, list[PeerKey]] = {}
+    for peers in by_node.values():
+        leader = min(peers)
+        direct.append(leader)
+        relays[leader] = [p for p in peers if p != leader]
+    return direct, relays
+
+
 class CommMixin:
     """Point-to-point ``send``/``recv`` and ``broadcast`` for ``Worker``.
 
@@ -354,7 +382,8 @@ class CommMixin:
     ) -> Any:
         """Broadcast ``obj`` from ``src`` to every worker listed in ``groups``; every participant calls it.
 
-        Same-node receivers share one shared-memory copy; other nodes get it over their pair gloo group.
+        Same-node receivers share one shared-memory copy; each other node receives it once, over the gloo
+        group between the source and that node's first participant, which passes it on in shared memory.
 
         Args:
             obj: the payload on ``src`` (ignored elsewhere; pass ``None``).
@@ -379,16 +408,22 @@ class CommMixin:
             raise ValueError(f"broadcast source {src_key} is not among groups {groups!r}")
         if st.me not in members:
             raise ValueError(f"this worker {st.me} is not among the broadcast groups {groups!r}")
-        if st.me != src_key:
-            return self._comm_receive(src_key, _BCAST, cancel_on_timeout=True).wait(timeout)
-        receivers = [m for m in members if m != st.me]
-        if receivers:
-            enc = tp.encode(obj)
-            seqs = [st.next_seq(p, _BCAST) for p in receivers]
-            self._comm_transmit(enc, receivers, _BCAST, seqs).wait()
-        return obj
+        direct, relays = _broadcast_plan(st, members, src_key)
+        if st.me == src_key:
+            self._comm_fan_out(obj, direct)
+            return obj
+        upstream = next((leader for leader, peers in relays.items() if st.me in peers), src_key)
+        got = self._comm_receive(upstream, _BCAST, cancel_on_timeout=True).wait(timeout)
+        self._comm_fan_out(got, relays.get(st.me, []))
+        return got
 
     # ------------------------------------------------------------------------------------------ internals
+
+    def _comm_fan_out(self, obj: Any, receivers: list[PeerKey]) -> None:
+        if receivers:
+            st = self._comm()
+            seqs = [st.next_seq(p, _BCAST) for p in receivers]
+            self._comm_transmit(tp.encode(obj), receivers, _BCAST, seqs).wait()
 
     def _comm_isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
         peer = _peer(dst_group_name, dst_rank, "destination")
