@@ -8,17 +8,36 @@ The rollout batch is time-major, as the env workers produce it:
 
 Advantages come from ``rlinf_algos.calculate_adv_and_returns`` and the loss from ``rlinf_algos.policy_loss``
 with RLinf's keyword names, so any registered advantage or loss works here unchanged.
+
+Data parallelism (``world_size`` ranks, each holding a contiguous share of the envs) is designed so that W ranks
+make exactly the update one rank makes on the whole batch:
+
+- mini-batches are *stratified by env unit*: the global envs are cut into ``U = gcd(E, global_batch_size)``
+  contiguous units, and every mini-batch takes ``global_batch_size / U`` samples of every unit, chosen by a
+  per-unit permutation whose seed depends only on a key drawn from a generator seeded with ``actor.seed``
+  (identical on every rank) and on the unit's *global* index. Each rank's local mini-batch is therefore exactly
+  its block of the one-rank mini-batch, in the same order, so the micro-batches are the same sets of samples;
+- advantage normalisation and the explained variance use statistics summed over ranks (``reduce_sum``);
+- gradients are averaged over ranks by FSDP (the mean over micro-batches of the micro-batch losses either way);
+- the returned metrics are averaged over ranks.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from rlinf_algos import calculate_adv_and_returns, masked_mean, policy_loss, reshape_entropy
+from rlinf_algos import (
+    calculate_adv_and_returns,
+    compute_critic_explained_variance_from_stats,
+    compute_critic_explained_variance_stats,
+    masked_mean,
+    policy_loss,
+    reshape_entropy,
+)
 from rlinf_core.config import AlgorithmConfig
 from torch import nn
 
@@ -58,8 +77,10 @@ class EmbodiedPPOTrainer:
         algorithm: the ``algorithm:`` config.
         actor: the ``actor:`` config (optimizer, batch sizes, seed).
         world_size: number of data-parallel actor ranks (the global batch is split evenly).
-        rank: this rank (seeds the shuffling generator as RLinf does: ``seed + rank``).
+        rank: this rank; it holds envs ``[rank * E_local, (rank + 1) * E_local)`` of the global batch.
         total_steps: training steps of the run, for the linear learning-rate schedule.
+        reduce_sum: sums a tensor over the data-parallel ranks (e.g. a gloo/NCCL all-reduce); ``None`` for one
+            rank. Used for advantage normalisation, the explained variance and the metrics.
     """
 
     def __init__(
@@ -71,7 +92,12 @@ class EmbodiedPPOTrainer:
         world_size: int = 1,
         rank: int = 0,
         total_steps: int | None = None,
+        reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got rank={rank}")
+        if world_size > 1 and reduce_sum is None:
+            raise ValueError(f"world_size={world_size} needs reduce_sum (a sum over the data-parallel ranks)")
         if actor.global_batch_size % (actor.micro_batch_size * world_size):
             raise ValueError(
                 f"actor.global_batch_size ({actor.global_batch_size}) must be a multiple of "
@@ -83,6 +109,7 @@ class EmbodiedPPOTrainer:
         self.world_size = world_size
         self.rank = rank
         self.total_steps = total_steps
+        self._reduce_sum = reduce_sum
         module: Any = getattr(policy, "module", policy)
         critic = [p for n, p in module.named_parameters() if n.startswith(("critic_body", "value_head"))]
         critic_ids = {id(p) for p in critic}
@@ -98,7 +125,8 @@ class EmbodiedPPOTrainer:
             eps=optim.adam_eps,
             weight_decay=optim.weight_decay,
         )
-        self.generator = torch.Generator().manual_seed(actor.seed + rank)
+        # Same seed on every rank: it only draws the per-epoch key of the stratified shuffle (see module doc).
+        self.generator = torch.Generator().manual_seed(actor.seed)
         self.optimizer_steps = 0
         self.train_steps = 0
         spec = getattr(module, "spec", None)
@@ -123,12 +151,36 @@ class EmbodiedPPOTrainer:
         }
         if alg.adv_type == "gae":
             kwargs["values"] = batch["prev_values"].float()
-            kwargs["normalize_advantages"] = alg.normalize_advantages
+            # Normalised below with statistics over all ranks, not this rank's share.
+            kwargs["normalize_advantages"] = False
         result = calculate_adv_and_returns(**kwargs)
-        batch["advantages"] = result["advantages"]
+        advantages = result["advantages"]
+        if alg.adv_type == "gae" and alg.normalize_advantages:
+            advantages = self._standardize(advantages, batch.get("loss_mask"))
+        batch["advantages"] = advantages
         if "returns" in result:
             batch["returns"] = result["returns"]
         return batch
+
+    def _sum(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self._reduce_sum is None else self._reduce_sum(x)
+
+    def _standardize(self, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """``(x - mean) / (std + 1e-5)`` with the masked mean and unbiased std over all ranks (float64)."""
+        x = values.double()
+        if mask is None:
+            m = torch.ones_like(x)
+        else:
+            m = mask.bool()
+            if m.shape[-1] != x.shape[-1]:  # chunk_level: one advantage per chunk
+                m = m.any(dim=-1, keepdim=True)
+            m = m.expand_as(x).double()
+        count = self._sum(m.sum())
+        if float(count) == 0:
+            return values
+        mean = self._sum((x * m).sum()) / count
+        var = self._sum((((x - mean) ** 2) * m).sum()) / (count - 1)
+        return ((x - mean) / (var.sqrt() + 1e-5)).to(values.dtype)
 
     # ------------------------------------------------------------------ update
     def _flatten(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -151,6 +203,39 @@ class EmbodiedPPOTrainer:
                 if key in flat:
                     flat[key] = flat[key][:, -1:]
         return flat
+
+    def epoch_minibatches(self, num_steps: int, num_envs: int) -> list[torch.Tensor]:
+        """Draw one epoch's mini-batches: local flat sample indices (``t * E_local + e``), ``G / world_size`` each.
+
+        Stratified by env unit (see the module docstring): with ``E = num_envs * world_size`` global envs and
+        ``G = actor.global_batch_size``, the envs form ``U = gcd(E, G)`` contiguous units of ``E / U`` envs, and
+        every mini-batch holds ``G / U`` samples of each unit. Rank ``r``'s part of a mini-batch is the block
+        ``r`` of the one-rank mini-batch, so the split across ranks never changes which samples meet.
+        Advances :attr:`generator` by one draw (the same on every rank).
+
+        Args:
+            num_steps: ``T`` rows of the local batch.
+            num_envs: ``E_local`` envs of the local batch.
+
+        Returns:
+            ``N // G`` int64 tensors of ``G / world_size`` indices into the local ``[T * E_local]`` samples.
+        """
+        world = self.world_size
+        gbs = self.actor.global_batch_size
+        units = math.gcd(num_envs * world, gbs)
+        envs_per_unit = num_envs * world // units
+        per_unit = gbs // units
+        local_units = units // world  # world divides both E and G, hence their gcd
+        n_batches = envs_per_unit * num_steps // per_unit
+        key = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+        columns = []
+        for j in range(local_units):
+            unit = self.rank * local_units + j
+            gen = torch.Generator().manual_seed((key + unit * 0x9E3779B97F4A7C15) % 2**63)
+            perm = torch.randperm(envs_per_unit * num_steps, generator=gen)[: n_batches * per_unit]
+            idx = (perm // envs_per_unit) * num_envs + j * envs_per_unit + perm % envs_per_unit
+            columns.append(idx.view(n_batches, per_unit))
+        return list(torch.cat(columns, dim=1).unbind(0))
 
     def _set_lr(self) -> None:
         if self.actor.optim.lr_schedule != "linear" or not self.total_steps:
@@ -207,6 +292,7 @@ class EmbodiedPPOTrainer:
         """
         if "advantages" not in batch:
             raise ValueError("batch has no 'advantages': call compute_advantages_and_returns first")
+        t, e, _ = _check_batch(batch)
         flat = self._flatten(batch)
         n = flat["obs"].shape[0]
         local_batch = self.actor.global_batch_size // self.world_size
@@ -222,9 +308,7 @@ class EmbodiedPPOTrainer:
         counts: dict[str, int] = defaultdict(int)
         self.policy.train()
         for _epoch in range(self.algorithm.update_epoch):
-            perm = torch.randperm(n, generator=self.generator)
-            for start in range(0, n - local_batch + 1, local_batch):
-                idx = perm[start : start + local_batch]
+            for idx in self.epoch_minibatches(t, e):
                 self.optimizer.zero_grad(set_to_none=True)
                 for k in range(accum):
                     sel = idx[k * mbs : (k + 1) * mbs]
@@ -234,7 +318,7 @@ class EmbodiedPPOTrainer:
                     for key, val in metrics.items():
                         sums[key] += val
                         counts[key] += 1
-                    sums["actor/total_loss"] += float(loss.detach()) / accum
+                    sums["actor/total_loss"] += float(loss.detach())
                     counts["actor/total_loss"] += 1
                 clip = self.actor.optim.clip_grad
                 grad_norm = nn.utils.clip_grad_norm_(
@@ -242,14 +326,30 @@ class EmbodiedPPOTrainer:
                 )
                 self.optimizer.step()
                 self.optimizer_steps += 1
-                sums["actor/grad_norm"] += float(grad_norm)
+                full_norm = getattr(grad_norm, "full_tensor", None)  # FSDP2: a replicated DTensor
+                sums["actor/grad_norm"] += float(full_norm() if callable(full_norm) else grad_norm)
                 counts["actor/grad_norm"] += 1
         self.train_steps += 1
-        out = {k: sums[k] / counts[k] for k in sums}
+        out = {k: sums[k] / counts[k] for k in sorted(sums)}
+        if (
+            self.world_size > 1
+        ):  # every rank ran the same number of micro-batches: the mean of means is global
+            keys = list(out)
+            total = self._sum(torch.tensor([out[k] for k in keys], dtype=torch.float64))
+            out = dict(zip(keys, (total / self.world_size).tolist(), strict=True))
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if "returns" in flat:
-            out["critic/explained_variance"] = _explained_variance(flat["prev_values"], flat["returns"])
+            out["critic/explained_variance"] = self._explained_variance(flat["prev_values"], flat["returns"])
         return out
+
+    def _explained_variance(self, values: torch.Tensor, returns: torch.Tensor) -> float:
+        returns = returns[:, -1:] if returns.shape[1] != values.shape[1] else returns
+        stats = compute_critic_explained_variance_stats(returns, values)
+        keys = list(stats)
+        summed = self._sum(torch.stack([stats[k].double() for k in keys]))
+        return float(
+            compute_critic_explained_variance_from_stats(dict(zip(keys, summed.tolist(), strict=True)))
+        )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -269,11 +369,3 @@ class EmbodiedPPOTrainer:
         self.optimizer_steps = int(state["optimizer_steps"])
         self.train_steps = int(state["train_steps"])
         self.generator.set_state(state["generator"])
-
-
-def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    returns = returns[:, -1:] if returns.shape[1] != values.shape[1] else returns
-    var = float(torch.var(returns, unbiased=False))
-    if var == 0 or returns.numel() < 2:
-        return float("nan")
-    return 1.0 - float(torch.var(returns - values, unbiased=False)) / var

@@ -1,0 +1,90 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) helpers: process group, sharding, full state dicts.
+
+CPU runs use gloo, CUDA runs NCCL (with gloo kept for CPU-side collectives). One rank needs none of this: the
+module stays a plain ``nn.Module`` and the same full-state-dict functions work on it without a process group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+__all__ = [
+    "full_model_state_dict",
+    "full_optimizer_state_dict",
+    "init_distributed",
+    "load_full_model_state_dict",
+    "load_full_optimizer_state_dict",
+    "shard_module",
+]
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def init_distributed(device: torch.device) -> DeviceMesh:
+    """Join the default process group from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``; return a 1-D mesh.
+
+    Args:
+        device: ``cpu`` (gloo) or ``cuda`` (NCCL for CUDA tensors, gloo for CPU ones).
+    """
+    if not dist.is_initialized():
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend)
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
+def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = False) -> nn.Module:
+    """Apply ``fully_shard`` to every direct child holding parameters, then to the root (in place).
+
+    Each child is one all-gather unit; parameters of the root itself (e.g. a state-independent ``log_std``)
+    belong to the root unit. ``cpu_offload`` keeps the sharded parameters and optimizer state on the CPU between
+    uses (``CPUOffloadPolicy``; meaningful on CUDA only).
+
+    Returns:
+        ``module`` (now an FSDP module whose parameters are sharded ``DTensor``s).
+    """
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if cpu_offload and mesh.device_type == "cuda":
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    for child in module.children():
+        if any(p.requires_grad for p in child.parameters()):
+            fully_shard(child, **kwargs)
+    fully_shard(module, **kwargs)
+    return module
+
+
+def full_model_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The full (unsharded) CPU state dict on rank 0 and ``{}`` on other ranks (collective under FSDP2).
+
+    For a plain module (one rank) this is simply a CPU copy of its state dict.
+    """
+    return get_model_state_dict(module, options=_FULL)
+
+
+def full_optimizer_state_dict(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The full optimizer state keyed by parameter names (rank 0; ``{}`` elsewhere; collective under FSDP2)."""
+    return get_optimizer_state_dict(module, optimizer, options=_FULL)
+
+
+def load_full_model_state_dict(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a full state dict (every rank passes the same one; each keeps its shard)."""
+    set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optimizer_state_dict(
+    module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """Load a full optimizer state dict saved by :func:`full_optimizer_state_dict` (any world size)."""
+    set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))

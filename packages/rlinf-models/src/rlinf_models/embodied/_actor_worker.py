@@ -1,0 +1,376 @@
+"""``ActorWorker``: the embodied training group (FSDP2 data parallel over the actor ranks).
+
+The runner drives it by method name (see ``docs`` and EMBODIED_PLAN.md, "Contract changes"):
+
+```python
+actor = ActorWorker.create_group(cfg.actor, cfg.algorithm, spec, total_steps=...).launch(cluster, strategy, name="actor")
+actor.sync_model_to_rollout("rollout")  # ‖ rollout.sync_model_from_actor("actor")
+actor.recv_rollout_batch(channel, num_messages, timeout)  # ‖ env.interact(...) ‖ rollout.generate(...)
+actor.compute_advantages_and_returns().wait()[0]  # rollout/* metrics (global)
+actor.run_training().wait()[0]  # actor/* and critic/* metrics (global)
+actor.save_checkpoint(staging_dir)  # writes <staging_dir>/actor/
+```
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+import torch.distributed as dist
+from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import EnvSpec
+from rlinf_scheduler import DEFAULT_KEY, Channel, Worker, timed
+
+from .._config import ActorConfig
+from .._fsdp import (
+    full_model_state_dict,
+    full_optimizer_state_dict,
+    init_distributed,
+    load_full_model_state_dict,
+    load_full_optimizer_state_dict,
+    shard_module,
+)
+from ..policies import build_policy
+from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
+
+__all__ = ["CHECKPOINT_SUBDIR", "ActorWorker"]
+
+CHECKPOINT_SUBDIR = "actor"
+"""Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
+
+_ENV_OFFSET = "env_offset"
+_ADV_WITHOUT_GROUPS = ("gae",)
+
+
+def _select_device() -> torch.device:
+    """CUDA when the placement gave this process real GPUs (``CUDA_VISIBLE_DEVICES``), else CPU."""
+    if os.environ.get("RLINF_ACCELERATOR_TYPE", "cpu") == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    """Order trajectory messages by ``env_offset`` and concatenate their tensors along the env axis (dim 1)."""
+    offsets = [m.get(_ENV_OFFSET) for m in messages]
+    if all(o is not None for o in offsets):
+        order = sorted(range(len(messages)), key=lambda i: int(offsets[i]))  # type: ignore[arg-type]
+        messages = [messages[i] for i in order]
+    elif any(o is not None for o in offsets):
+        raise ValueError(
+            f"some trajectory messages carry {_ENV_OFFSET!r} and some do not ({offsets}); every env rank "
+            f"must send it (global index of the message's first env)"
+        )
+    keys = [k for k, v in messages[0].items() if isinstance(v, torch.Tensor)]
+    missing = [k for k in REQUIRED_BATCH_KEYS if k not in keys]
+    if missing:
+        raise ValueError(f"trajectory message is missing {missing}; it has {sorted(messages[0])}")
+    out: dict[str, torch.Tensor] = {}
+    for key in keys:
+        parts = [m.get(key) for m in messages]
+        if any(not isinstance(p, torch.Tensor) for p in parts):
+            raise ValueError(f"trajectory key {key!r} is a tensor in some messages only")
+        # torch.cat copies: the result never aliases the producers' shared memory.
+        out[key] = torch.cat(parts, dim=1)  # type: ignore[arg-type]
+    return out
+
+
+class ActorWorker(Worker):
+    """Trains the embodied actor-critic with :class:`EmbodiedPPOTrainer`; FSDP2 over ranks when there are several.
+
+    Every rank builds the policy from the same seed (``actor.seed``), so all start from identical weights;
+    with more than one rank the policy is sharded with ``fully_shard`` (gloo on CPU, NCCL on CUDA), gradients
+    are averaged across ranks, and rank ``r`` trains on envs ``[r * E / W, (r + 1) * E / W)`` of every rollout.
+    The data split and the shuffle are designed so that W ranks make the same update as one rank on the same
+    data (see :mod:`rlinf_models.embodied._trainer`).
+
+    Args:
+        actor: the ``actor:`` config (model, optimizer, batch sizes, seed, offload).
+        algorithm: the ``algorithm:`` config.
+        spec: observation/action description of the training env.
+        total_steps: training steps of the run (for ``actor.optim.lr_schedule: linear``).
+        comm_timeout: seconds a rank waits for another actor rank's share of the rollout or a broadcast.
+    """
+
+    def __init__(
+        self,
+        actor: ActorConfig,
+        algorithm: AlgorithmConfig,
+        spec: EnvSpec,
+        *,
+        total_steps: int | None = None,
+        comm_timeout: float = 600.0,
+    ) -> None:
+        self.cfg = actor
+        self.algorithm = algorithm
+        self.spec = spec
+        self.comm_timeout = comm_timeout
+        self.device = _select_device()
+        self.distributed = self.world_size > 1
+        torch.manual_seed(actor.seed)  # identical initial weights on every rank
+        policy = build_policy(spec, actor.model).to(self.device)
+        if self.distributed:
+            mesh = init_distributed(self.device)
+            policy = shard_module(policy, mesh, cpu_offload=actor.enable_offload)
+        self.policy = policy
+        self.trainer = EmbodiedPPOTrainer(
+            policy,
+            algorithm,
+            actor,
+            world_size=self.world_size,
+            rank=self.rank,
+            total_steps=total_steps,
+            reduce_sum=self._all_reduce_sum if self.distributed else None,
+        )
+        self._batch: dict[str, torch.Tensor] | None = None
+        self._rollout_world_sizes: dict[str, int] = {}
+        self._offloaded = False
+        if actor.enable_offload:
+            self._offload()
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def _all_reduce_sum(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def _offload(self) -> None:
+        """One-rank CUDA runs: move weights and optimizer state to CPU between phases (FSDP2 uses CPUOffloadPolicy)."""
+        if self.device.type != "cuda" or self.distributed or self._offloaded:
+            return
+        self._move_state(torch.device("cpu"))
+        self._offloaded = True
+
+    def _reload(self) -> None:
+        if not self._offloaded:
+            return
+        self._move_state(self.device)
+        self._offloaded = False
+
+    def _move_state(self, device: torch.device) -> None:
+        self.policy.to(device)
+        for state in self.trainer.optimizer.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor) and k != "step":
+                    state[k] = v.to(device)
+        if device.type == "cpu":
+            torch.cuda.empty_cache()
+
+    def _group_world_size(self, group_name: str) -> int:
+        """Number of workers of another group of this run (named Ray actors ``f"{group}:{rank}"``)."""
+        cached = self._rollout_world_sizes.get(group_name)
+        if cached is not None:
+            return cached
+        n = 0
+        while True:
+            try:
+                ray.get_actor(f"{group_name}:{n}", namespace=self.namespace)
+            except ValueError:
+                break
+            n += 1
+        if n == 0:
+            raise ValueError(
+                f"sync_model_to_rollout: no worker group {group_name!r} in this run (no Ray actor "
+                f"'{group_name}:0' in namespace {self.namespace!r})"
+            )
+        self._rollout_world_sizes[group_name] = n
+        return n
+
+    # ---------------------------------------------------------------------------------------- the loop
+    def get_model_version(self) -> int:
+        """Number of completed :meth:`run_training` calls (0 = initial weights); what weight sync sends."""
+        return self.trainer.train_steps
+
+    @timed(name="actor/sync_model_to_rollout")
+    def sync_model_to_rollout(
+        self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
+    ) -> int:
+        """Send ``{"version": int, "state_dict": full CPU state dict}`` to every rank of the rollout group.
+
+        All actor ranks must call it (the FSDP2 full state dict is gathered collectively); actor rank 0 sends
+        it with one scheduler ``broadcast`` whose groups are ``[(actor, 0), (rollout, all ranks)]``; each
+        rollout rank calls ``sync_model_from_actor(actor_group_name)`` making the matching ``broadcast``.
+
+        Args:
+            rollout_group_name: name of the rollout worker group.
+            rollout_world_size: its number of ranks (found from the running group when ``None``).
+            timeout: seconds to wait (default: ``comm_timeout``).
+
+        Returns:
+            The version sent.
+        """
+        self._reload()
+        state = full_model_state_dict(self.policy)
+        version = self.get_model_version()
+        if self.rank == 0:
+            ranks = rollout_world_size or self._group_world_size(rollout_group_name)
+            self.broadcast(
+                {"version": version, "state_dict": state},
+                groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],
+                src=(self.group_name, 0),
+                timeout=self.comm_timeout if timeout is None else timeout,
+            )
+        self._offload()
+        return version
+
+    @timed(name="actor/recv_rollout_batch")
+    def recv_rollout_batch(
+        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: str = DEFAULT_KEY
+    ) -> int:
+        """Take this rank's contiguous share of the envs of one rollout.
+
+        Rank 0 gets all ``num_messages`` trajectory dicts (every env rank × stage) from ``channel``, orders them by
+        their ``env_offset``, concatenates them along the env axis and sends rank ``r`` envs
+        ``[r * E / W, (r + 1) * E / W)``; the other ranks receive their share from rank 0.
+
+        Args:
+            channel: the env → actor channel.
+            num_messages: total number of trajectory messages of this rollout (all env ranks and stages).
+            timeout: seconds to wait for all of them (``None``: ``comm_timeout``).
+            key: channel key the env workers put on.
+
+        Returns:
+            Number of samples (``T * E_local``) this rank holds.
+
+        Raises:
+            ValueError: when the messages do not fit together or the envs do not split evenly.
+            queue.Empty: when the messages did not all arrive within ``timeout``.
+        """
+        if num_messages < 1:
+            raise ValueError(f"num_messages must be >= 1, got {num_messages}")
+        wait = self.comm_timeout if timeout is None else timeout
+        if self.rank == 0:
+            deadline = time.monotonic() + wait
+            messages = [
+                channel.get(key=key, timeout=max(0.0, deadline - time.monotonic()))
+                for _ in range(num_messages)
+            ]
+            batch = _concat_messages(messages)
+            del messages
+            shares = self._split_envs(batch)
+            for r in range(1, self.world_size):
+                self.send(shares[r], self.group_name, r)
+            local = shares[0]
+        else:
+            received = self.recv(self.group_name, 0, timeout=wait)
+            local = {k: v.clone() for k, v in received.items()}  # do not pin the sender's shared memory
+        self._batch = {k: v.to(self.device) for k, v in local.items()}
+        t, e = self._batch["rewards"].shape[:2]
+        return int(t * e)
+
+    def _split_envs(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        num_envs = int(batch["rewards"].shape[1])
+        world = self.world_size
+        if num_envs % world:
+            raise ValueError(
+                f"the rollout has {num_envs} envs, not divisible by the {world} actor ranks "
+                f"(env.train.total_num_envs must be a multiple of the actor world size)"
+            )
+        share = num_envs // world
+        group = self.algorithm.group_size
+        if self.algorithm.adv_type not in _ADV_WITHOUT_GROUPS and share % group:
+            raise ValueError(
+                f"each actor rank gets {share} envs, not a multiple of algorithm.group_size={group}: "
+                f"a group would be split across ranks"
+            )
+        if world == 1:
+            return [batch]
+        return [{k: v[:, r * share : (r + 1) * share] for k, v in batch.items()} for r in range(world)]
+
+    def _require_batch(self, method: str) -> dict[str, torch.Tensor]:
+        if self._batch is None:
+            raise RuntimeError(f"{method}: no rollout batch on this rank; call recv_rollout_batch first")
+        return self._batch
+
+    @timed(name="actor/compute_advantages")
+    def compute_advantages_and_returns(self) -> dict[str, float]:
+        """Add advantages (and returns) to the received batch; returns global ``rollout/*`` means."""
+        batch = self.trainer.compute_advantages_and_returns(
+            self._require_batch("compute_advantages_and_returns")
+        )
+        keys = {
+            "rewards": "rollout/rewards",
+            "advantages": "rollout/advantages",
+            "returns": "rollout/returns",
+        }
+        present = [k for k in keys if k in batch]
+        sums = torch.tensor([float(batch[k].double().sum()) for k in present], dtype=torch.float64)
+        counts = torch.tensor([float(batch[k].numel()) for k in present], dtype=torch.float64)
+        if self.distributed:
+            sums, counts = self._all_reduce_sum(sums), self._all_reduce_sum(counts)
+        return {keys[k]: float(s / c) for k, s, c in zip(present, sums, counts, strict=True)}
+
+    @timed(name="actor/run_training")
+    def run_training(self) -> dict[str, float]:
+        """Run the PPO-family update on the batch (``algorithm.update_epoch`` epochs); returns global metrics."""
+        batch = self._require_batch("run_training")
+        if "advantages" not in batch:
+            raise RuntimeError("run_training: call compute_advantages_and_returns first")
+        self._reload()
+        metrics = self.trainer.train(batch)
+        self._batch = None
+        self._offload()
+        return metrics
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, path: str) -> None:
+        """Write model, optimizer, trainer counters, shuffle generator and RNG states under ``<path>/actor/``.
+
+        Call it on every rank (the full state dicts are gathered collectively). Rank 0 writes the full
+        (unsharded) model and optimizer state, loadable at any actor world size; every rank writes its own RNG
+        state. Each file is written atomically; make ``path`` a ``CheckpointManager`` staging directory for
+        an atomic checkpoint as a whole.
+        """
+        self._reload()
+        root = Path(path) / CHECKPOINT_SUBDIR
+        model = full_model_state_dict(self.policy)
+        optim = full_optimizer_state_dict(self.policy, self.trainer.optimizer)
+        if self.rank == 0:
+            trainer = {
+                "optimizer_steps": self.trainer.optimizer_steps,
+                "train_steps": self.trainer.train_steps,
+                "generator": self.trainer.generator.get_state(),
+                "world_size": self.world_size,
+            }
+            for name, obj in (("model.pt", model), ("optimizer.pt", optim), ("trainer.pt", trainer)):
+                buf = io.BytesIO()
+                torch.save(obj, buf)
+                atomic_write_bytes(root / name, buf.getvalue())
+        atomic_write_bytes(root / f"rng_rank{self.rank}.pkl", capture_rng_state())
+        if self.distributed:
+            dist.barrier()  # every file exists when any rank returns
+        self._offload()
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore exactly what :meth:`save_checkpoint` wrote (from ``<path>/actor/``); call it on every rank.
+
+        Checkpoints load at any actor world size; the RNG state of a rank with no saved one is left as is.
+        """
+        root = Path(path) / CHECKPOINT_SUBDIR
+        if not (root / "trainer.pt").is_file():
+            raise FileNotFoundError(f"load_checkpoint: {root} holds no actor checkpoint (no trainer.pt)")
+        self._reload()
+        model = torch.load(root / "model.pt", map_location="cpu", weights_only=True)
+        optim = torch.load(root / "optimizer.pt", map_location="cpu", weights_only=True)
+        trainer = torch.load(root / "trainer.pt", map_location="cpu", weights_only=True)
+        load_full_model_state_dict(self.policy, model)
+        load_full_optimizer_state_dict(self.policy, self.trainer.optimizer, optim)
+        self.trainer.optimizer_steps = int(trainer["optimizer_steps"])
+        self.trainer.train_steps = int(trainer["train_steps"])
+        self.trainer.generator.set_state(trainer["generator"])
+        rng = root / f"rng_rank{self.rank}.pkl"
+        if rng.is_file():
+            restore_rng_state(rng.read_bytes())
+        else:
+            self.log_warning(
+                "no RNG state for rank %d in %s (saved with a different world size)", self.rank, root
+            )
+        self._batch = None
+        self._offload()
