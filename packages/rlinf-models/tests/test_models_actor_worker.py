@@ -98,14 +98,16 @@ def cluster() -> Iterator[tuple[Cluster, dict[str, WorkerGroup]]]:
         ray.shutdown()
 
 
-def _feed(name: str, seed: int) -> Channel:
+def _feed(name: str, seed: int, ranks: int) -> Channel:
     ch = Channel.create(name)
     for msg in reversed(_messages(seed)):  # out of order: the actor sorts by env_offset
-        ch.put(msg)
+        for rank in range(ranks):  # as the env workers do: one copy per actor rank, keyed by rank
+            ch.put(msg, key=rank)
     return ch
 
 
-def _step(actor: WorkerGroup, channel: Channel) -> tuple[list[int], dict[str, float], dict[str, float]]:
+def _step(actor: WorkerGroup, name: str, seed: int) -> tuple[list[int], dict[str, float], dict[str, float]]:
+    channel = _feed(name, seed, actor.world_size)
     sizes = actor.recv_rollout_batch(channel, N_MSG, 60).wait(timeout=120)
     adv = actor.compute_advantages_and_returns().wait(timeout=120)
     train = actor.run_training().wait(timeout=120)
@@ -141,8 +143,8 @@ def test_two_fsdp_ranks_make_the_same_update_as_one(
     _assert_states_close(init1, init2, rtol=0, atol=0)  # same seed → same initial weights
     assert set(init1) == set(build_policy(SPEC, MODEL).state_dict())
 
-    sizes1, adv1, train1 = _step(g["act1"], _feed("traj-a1", seed=1))
-    sizes2, adv2, train2 = _step(g["act2"], _feed("traj-a2", seed=1))
+    sizes1, adv1, train1 = _step(g["act1"], "traj-a1", seed=1)
+    sizes2, adv2, train2 = _step(g["act2"], "traj-a2", seed=1)
     assert sizes1 == [T * E_PER_MSG * N_MSG] and sizes2 == [T * E_PER_MSG, T * E_PER_MSG]
     assert adv1.keys() == adv2.keys() and abs(adv1["rollout/advantages"]) < 1e-5  # normalised over ALL ranks
     for key in adv1:
@@ -166,20 +168,20 @@ def test_checkpoint_round_trip_continues_exactly(
     ro = g["ro"]
     a2, a3, a1 = g["act2"], g["act3"], g["act1"]
     if a2.get_model_version().wait(timeout=60)[0] == 0:  # also runs alone (-k): one step first
-        _step(a2, _feed("traj-ck0", seed=1))
+        _step(a2, "traj-ck0", seed=1)
     ckpt = tmp_path / "global_step_1"
     a2.save_checkpoint(str(ckpt)).wait(timeout=120)
     files = sorted(p.name for p in (ckpt / "actor").iterdir())
     assert files == ["model.pt", "optimizer.pt", "rng_rank0.pkl", "rng_rank1.pkl", "trainer.pt"]
 
     # Uninterrupted: the next step of the run that saved.
-    _, adv_a, train_a = _step(a2, _feed("traj-ck-a", seed=2))
+    _, adv_a, train_a = _step(a2, "traj-ck-a", seed=2)
     va, state_a = _sync(a2, ro)
 
     # Resumed: a fresh actor group (other seed) loads the checkpoint and makes the same step.
     a3.load_checkpoint(str(ckpt)).wait(timeout=120)
     assert a3.get_model_version().wait(timeout=60) == [va - 1, va - 1]
-    _, adv_b, train_b = _step(a3, _feed("traj-ck-b", seed=2))
+    _, adv_b, train_b = _step(a3, "traj-ck-b", seed=2)
     vb, state_b = _sync(a3, ro)
     assert va == vb
     assert adv_a == adv_b and train_a == train_b
@@ -187,7 +189,7 @@ def test_checkpoint_round_trip_continues_exactly(
 
     # The full-state checkpoint also loads at another world size (1 rank), same update within float tolerance.
     a1.load_checkpoint(str(ckpt)).wait(timeout=120)
-    _, _, train_c = _step(a1, _feed("traj-ck-c", seed=2))
+    _, _, train_c = _step(a1, "traj-ck-c", seed=2)
     vc, state_c = _sync(a1, ro)
     assert vc == va
     assert train_c["actor/policy_loss"] == pytest.approx(train_a["actor/policy_loss"], rel=1e-4, abs=1e-6)

@@ -14,6 +14,7 @@ actor.save_checkpoint(staging_dir)  # writes <staging_dir>/actor/
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import time
@@ -27,7 +28,7 @@ import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_scheduler import DEFAULT_KEY, Channel, Worker, timed
+from rlinf_scheduler import Channel, Worker, timed
 
 from .._config import ActorConfig
 from .._fsdp import (
@@ -47,6 +48,7 @@ CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
 
 _ENV_OFFSET = "env_offset"
+_EPOCH = "rollout_epoch"
 _ADV_WITHOUT_GROUPS = ("gae",)
 
 
@@ -57,21 +59,32 @@ def _select_device() -> torch.device:
     return torch.device("cpu")
 
 
+def _order_key(message: Mapping[str, Any]) -> tuple[int, int, str]:
+    """Sort key making every actor rank (and every run) concatenate the same messages in the same order."""
+    offset = message.get(_ENV_OFFSET)
+    if offset is not None:
+        return (int(message.get(_EPOCH, 0)), int(offset), "")
+    digest = hashlib.sha1()
+    for key in ("rewards", "prev_values"):
+        value = message[key]
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return (int(message.get(_EPOCH, 0)), 0, digest.hexdigest())
+
+
 def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-    """Order trajectory messages by ``env_offset`` and concatenate their tensors along the env axis (dim 1)."""
-    offsets = [m.get(_ENV_OFFSET) for m in messages]
-    if all(o is not None for o in offsets):
-        order = sorted(range(len(messages)), key=lambda i: int(offsets[i]))  # type: ignore[arg-type]
-        messages = [messages[i] for i in order]
-    elif any(o is not None for o in offsets):
+    """Order trajectory messages (see :func:`_order_key`) and concatenate their tensors along the env axis (dim 1)."""
+    for m in messages:
+        missing = [k for k in REQUIRED_BATCH_KEYS if not isinstance(m.get(k), torch.Tensor)]
+        if missing:
+            raise ValueError(f"trajectory message is missing tensors {missing}; it has {sorted(m)}")
+    with_offset = [m.get(_ENV_OFFSET) is not None for m in messages]
+    if any(with_offset) and not all(with_offset):
         raise ValueError(
-            f"some trajectory messages carry {_ENV_OFFSET!r} and some do not ({offsets}); every env rank "
-            f"must send it (global index of the message's first env)"
+            f"some trajectory messages carry {_ENV_OFFSET!r} and some do not; every env rank must send it "
+            f"(global index of the message's first env)"
         )
+    messages = sorted(messages, key=_order_key)  # stable: equal keys keep each producer's put order
     keys = [k for k, v in messages[0].items() if isinstance(v, torch.Tensor)]
-    missing = [k for k in REQUIRED_BATCH_KEYS if k not in keys]
-    if missing:
-        raise ValueError(f"trajectory message is missing {missing}; it has {sorted(messages[0])}")
     out: dict[str, torch.Tensor] = {}
     for key in keys:
         parts = [m.get(key) for m in messages]
@@ -96,7 +109,7 @@ class ActorWorker(Worker):
         algorithm: the ``algorithm:`` config.
         spec: observation/action description of the training env.
         total_steps: training steps of the run (for ``actor.optim.lr_schedule: linear``).
-        comm_timeout: seconds a rank waits for another actor rank's share of the rollout or a broadcast.
+        comm_timeout: default seconds to wait for trajectories and for the weight-sync broadcast.
     """
 
     def __init__(
@@ -222,19 +235,20 @@ class ActorWorker(Worker):
 
     @timed(name="actor/recv_rollout_batch")
     def recv_rollout_batch(
-        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: str = DEFAULT_KEY
+        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
     ) -> int:
         """Take this rank's contiguous share of the envs of one rollout.
 
-        Rank 0 gets all ``num_messages`` trajectory dicts (every env rank × stage) from ``channel``, orders them by
-        their ``env_offset``, concatenates them along the env axis and sends rank ``r`` envs
-        ``[r * E / W, (r + 1) * E / W)``; the other ranks receive their share from rank 0.
+        Every actor rank gets ``num_messages`` trajectory dicts (all env ranks × rollout epochs; the env workers
+        put each one under every actor rank's key) from ``channel`` under its key (default: its rank), orders
+        them the same way on every rank (by ``(rollout_epoch, env_offset)`` when the messages carry them, else
+        by content), concatenates them along the env axis and keeps envs ``[r * E / W, (r + 1) * E / W)``.
 
         Args:
             channel: the env → actor channel.
-            num_messages: total number of trajectory messages of this rollout (all env ranks and stages).
+            num_messages: number of trajectory messages of this rollout for this rank.
             timeout: seconds to wait for all of them (``None``: ``comm_timeout``).
-            key: channel key the env workers put on.
+            key: channel key to read (default: this rank, an ``int``).
 
         Returns:
             Number of samples (``T * E_local``) this rank holds.
@@ -246,26 +260,19 @@ class ActorWorker(Worker):
         if num_messages < 1:
             raise ValueError(f"num_messages must be >= 1, got {num_messages}")
         wait = self.comm_timeout if timeout is None else timeout
-        if self.rank == 0:
-            deadline = time.monotonic() + wait
-            messages = [
-                channel.get(key=key, timeout=max(0.0, deadline - time.monotonic()))
-                for _ in range(num_messages)
-            ]
-            batch = _concat_messages(messages)
-            del messages
-            shares = self._split_envs(batch)
-            for r in range(1, self.world_size):
-                self.send(shares[r], self.group_name, r)
-            local = shares[0]
-        else:
-            received = self.recv(self.group_name, 0, timeout=wait)
-            local = {k: v.clone() for k, v in received.items()}  # do not pin the sender's shared memory
+        read_key = self.rank if key is None else key
+        deadline = time.monotonic() + wait
+        messages = [
+            channel.get(key=read_key, timeout=max(0.0, deadline - time.monotonic()))
+            for _ in range(num_messages)
+        ]
+        local = self._env_share(_concat_messages(messages))
+        del messages
         self._batch = {k: v.to(self.device) for k, v in local.items()}
         t, e = self._batch["rewards"].shape[:2]
         return int(t * e)
 
-    def _split_envs(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    def _env_share(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         num_envs = int(batch["rewards"].shape[1])
         world = self.world_size
         if num_envs % world:
@@ -281,8 +288,10 @@ class ActorWorker(Worker):
                 f"a group would be split across ranks"
             )
         if world == 1:
-            return [batch]
-        return [{k: v[:, r * share : (r + 1) * share] for k, v in batch.items()} for r in range(world)]
+            return batch
+        lo = self.rank * share
+        # contiguous() copies the slice, so the rest of the rollout is freed.
+        return {k: v[:, lo : lo + share].contiguous() for k, v in batch.items()}
 
     def _require_batch(self, method: str) -> dict[str, torch.Tensor]:
         if self._batch is None:
