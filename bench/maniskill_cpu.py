@@ -5,6 +5,9 @@ stepped in a plain loop with torch actions, i.e. what the simulator itself deliv
 
     eval "$(bash scripts/install_vulkan_cpu.sh)"
     uv run python bench/maniskill_cpu.py [--env-id PushCube-v1] [--num-envs 1 2 4 8] [--steps 400] [--chunk 8]
+        [--repeats 3] [--torch-threads 1]
+
+Async workers always run torch with one thread (ManiSkillVecEnv sets it in its own worker processes).
 
 Random actions in [-1, 1]; construction and a first warm-up chunk are not timed. Each case builds its env once
 and times ``--repeats`` segments of ``--steps`` steps per env; the median (and best) rate is reported.
@@ -76,13 +79,28 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=8)
     parser.add_argument("--modes", nargs="+", default=["sync", "async"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch.set_num_threads in this process (0: torch's default)",
+    )
     args = parser.parse_args()
     if not os.environ.get("VK_ICD_FILENAMES"):
         from rlinf_envs.maniskill import find_installed_icd
 
         if icd := find_installed_icd():
             os.environ["VK_ICD_FILENAMES"] = str(icd)
-    info = {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0], "env_id": args.env_id}
+    if args.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    info = {
+        "cpus": os.cpu_count(),
+        "torch_threads": args.torch_threads,
+        "loadavg_start": os.getloadavg()[0],
+        "env_id": args.env_id,
+    }
     base_rates = raw_baseline(args.env_id, args.steps, args.repeats)
     base = statistics.median(base_rates)
     row = {"case": "raw ManiSkill single env loop", "env_steps_per_s": round(base, 1)}

@@ -19,6 +19,9 @@ from rlinf_envs.maniskill import (
     find_installed_icd,
 )
 
+# ManiSkill 3.0.1 calls np.isnan on torch tensors (NumPy 2 deprecation), once per step.
+pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context:DeprecationWarning")
+
 
 @pytest.fixture(scope="module", autouse=True)
 def vulkan() -> Iterator[None]:
