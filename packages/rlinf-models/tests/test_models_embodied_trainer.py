@@ -51,6 +51,8 @@ def test_gae_advantages_and_update_change_the_policy() -> None:
         "actor/lr",
     ):
         assert key in metrics, sorted(metrics)
+    assert not any(key.startswith("__sum__") for key in metrics), sorted(metrics)
+    assert np.isfinite(metrics["critic/explained_variance"]) and metrics["critic/explained_variance"] <= 1.0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters(), strict=True))
 
 

@@ -316,6 +316,9 @@ class EmbodiedPPOTrainer:
                     loss, metrics = self._micro_batch_loss(mb)
                     (loss / accum).backward()
                     for key, val in metrics.items():
+                        if key.startswith("__sum__/"):
+                            # Sufficient statistics meant for summing (explained variance): computed below instead.
+                            continue
                         sums[key] += val
                         counts[key] += 1
                     sums["actor/total_loss"] += float(loss.detach())
