@@ -52,6 +52,14 @@ class Victim(Worker):
         time.sleep(seconds)
         return "finished"
 
+    def patient(self) -> str:
+        # A nested call that raises and is handled by the user's method is not a worker failure.
+        try:
+            self.recv(self.group_name, self.rank, timeout=0.2)
+        except TimeoutError:
+            return "handled"
+        return "received"
+
 
 class BadInit(Worker):
     def __init__(self) -> None:
@@ -227,3 +235,10 @@ def test_driver_process_exits_non_zero_with_the_cause(tmp_path: Path, mode: str,
     assert proc.returncode != 0
     assert "UNREACHABLE" not in out
     assert expected in err, err
+
+
+def test_exception_caught_inside_a_method_is_not_a_failure(cluster: Cluster) -> None:
+    group = Victim.create_group().launch(cluster, NodePlacementStrategy([0]), name="patient")
+    assert group.patient().wait(timeout=60) == ["handled"]
+    assert group.pid().wait(timeout=30)[0] > 0  # the run goes on
+    group.shutdown()

@@ -145,18 +145,40 @@ def _make_actor_class(worker_cls: type[Worker]) -> Any:
     return ray.remote(type(worker_cls.__name__, (worker_cls,), members))
 
 
+_CALL_DEPTH = threading.local()
+"""Per-thread nesting depth of wrapped worker methods (see ``_recording_wrapper``)."""
+
+
+def _enter_call() -> int:
+    """Increment this thread's call depth; return the depth before the call."""
+    depth: int = getattr(_CALL_DEPTH, "n", 0)
+    _CALL_DEPTH.n = depth + 1
+    return depth
+
+
+def _leave_call(depth: int) -> None:
+    _CALL_DEPTH.n = depth
+
+
 def _recording_wrapper(fn: Any, name: str) -> Any:
     is_coroutine = inspect.iscoroutinefunction(fn)
 
     @functools.wraps(fn)
     def method(self: Worker, *args: Any, **kwargs: Any) -> Any:
+        # Only the outermost call on this thread is a group call: an exception raised by a nested
+        # ``self.recv(...)`` that the user's method catches must not end the run.
+        # (module-level helpers: the wrapper is pickled by value, a threading.local cannot be)
+        depth = _enter_call()
         try:
             if is_coroutine:
                 return asyncio.run(fn(self, *args, **kwargs))
             return fn(self, *args, **kwargs)
         except BaseException as exc:
-            self._rlinf_record_failure(name, exc)
+            if depth == 0:
+                self._rlinf_record_failure(name, exc)
             raise
+        finally:
+            _leave_call(depth)
 
     # functools.wraps copies a coroutine marker set by inspect.markcoroutinefunction; Ray must see a plain function.
     method.__dict__.pop("_is_coroutine_marker", None)
