@@ -213,4 +213,6 @@ def test_default_address_never_attaches_to_another_private_instance(ray_instance
     # pick it up (Ray's "auto" would) but use a `ray start` cluster or start its own.
     ours = ray.get_runtime_context().gcs_address
     line = _run_driver({"RAY_ADDRESS": ""})
-    assert line.endswith(" 1") and ours not in line
+    # Attaching to a `ray start`-style cluster is allowed (another test module may run one, e.g. a
+    # ray.cluster_utils.Cluster under xdist); attaching to this private instance is not.
+    assert line.startswith("GCS ") and ours not in line
