@@ -1,0 +1,68 @@
+"""``runner:`` — the training loop settings (key names follow the original RLinf ``runner`` section)."""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+from ..metrics import BACKENDS
+
+__all__ = ["LoggerConfig", "RunnerConfig"]
+
+
+def _backends(_inst: object, attr: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+    unknown = [b for b in value if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown logger backend(s) {unknown}; allowed: {', '.join(BACKENDS)}")
+
+
+@attrs.frozen(kw_only=True)
+class LoggerConfig:
+    """Where and how metrics are written (config ``runner.logger``)."""
+
+    log_path: str = "runs/embodied"
+    """Run directory: ``metrics.jsonl``, ``checkpoints/``, ``tensorboard/``, ``plots/``."""
+    logger_backends: tuple[str, ...] = attrs.field(default=("tensorboard",), validator=_backends)
+    """Backends besides the always-written ``metrics.jsonl``: tensorboard, wandb, swanlab."""
+    project_name: str = "rlinf"
+    """Project name for W&B / SwanLab."""
+    experiment_name: str = "embodied"
+    """Run name for W&B / SwanLab."""
+
+
+@attrs.frozen(kw_only=True)
+class RunnerConfig:
+    """The training loop (config ``runner``)."""
+
+    max_epochs: int = attrs.field(default=100, validator=v.ge(1))
+    """Training steps (one rollout + one update each) at most."""
+    max_steps: int = attrs.field(default=-1, validator=v.ge(-1))
+    """Training steps at most; ``-1``: ``max_epochs`` decides (as in RLinf)."""
+    val_check_interval: int = attrs.field(default=5, validator=v.ge(-1))
+    """Evaluate every N training steps (before the step, and once at the end); ``-1``/``0``: never."""
+    save_interval: int = attrs.field(default=10, validator=v.ge(-1))
+    """Checkpoint every N training steps and after the last one; ``0``: only after the last; ``-1``: never."""
+    resume_dir: str | None = None
+    """A ``global_step_<N>`` checkpoint directory to continue from, or ``auto`` (latest complete one in
+    ``logger.log_path``, or a fresh start when there is none)."""
+    seed: int = 0
+    """Seed of the driver's RNGs (components have their own seeds)."""
+    max_checkpoints_to_keep: int | None = attrs.field(default=None)
+    """Keep only the newest N checkpoints (``null``: keep all)."""
+    stop_eval_return: float | None = None
+    """Stop early once ``eval/return_mean`` reaches this value (``null``: run every step)."""
+    step_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
+    """Longest a phase of one step (rollout, update, evaluation, checkpoint) may take before the run fails."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar with the key figures on stderr."""
+    logger: LoggerConfig = attrs.field(factory=LoggerConfig)
+
+    @max_checkpoints_to_keep.validator
+    def _check_keep(self, _attr: attrs.Attribute[int | None], value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ValueError(f"'max_checkpoints_to_keep' must be >= 1 or null: {value}")
+
+    @property
+    def total_steps(self) -> int:
+        """Training steps of the run: ``min(max_steps, max_epochs)`` (``max_epochs`` when ``max_steps`` is -1)."""
+        return self.max_epochs if self.max_steps < 0 else min(self.max_steps, self.max_epochs)

@@ -1,0 +1,72 @@
+"""``env:`` — the training and evaluation environments (key names follow RLinf's ``env.train`` / ``env.eval``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import validators as v
+
+__all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig"]
+
+ENV_TYPES = ("gymnasium", "maniskill")
+"""Simulator backends ``make_vec_env`` knows."""
+
+
+def _positive_or_none(_inst: object, attr: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"'{attr.name}' must be >= 1 or null: {value}")
+
+
+@attrs.frozen(kw_only=True)
+class VecEnvConfig:
+    """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
+
+    env_type: Literal["gymnasium", "maniskill"] = "gymnasium"
+    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra) or ``maniskill``."""
+    env_id: str = "CartPole-v1"
+    """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``."""
+    total_num_envs: int = attrs.field(default=8, validator=v.ge(1))
+    """Environments over all env ranks and pipeline stages."""
+    group_size: int = attrs.field(default=1, validator=v.ge(1))
+    """Consecutive envs sharing initial states (GRPO groups)."""
+    max_episode_steps: int | None = attrs.field(default=None, validator=_positive_or_none)
+    """Episode time limit (``null``: the task's registered one)."""
+    max_steps_per_rollout_epoch: int = attrs.field(default=32, validator=v.ge(1))
+    """Env steps per env in one rollout epoch (train) or at most in one evaluation (eval); a multiple of
+    ``actor.model.num_action_chunks``."""
+    auto_reset: bool = True
+    """Reset an env as soon as its episode ends (training); evaluation uses ``false`` (one episode per env)."""
+    seed: int = 0
+    """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
+    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    """Extra keyword arguments for the simulator's ``make``."""
+    # ManiSkill options (ignored by gymnasium).
+    sim_backend: str = "physx_cpu"
+    """ManiSkill: ``physx_cpu`` (CPU, one scene per env) or ``physx_cuda``/``gpu``."""
+    control_mode: str | None = None
+    """ManiSkill: robot controller (``null``: the task's default)."""
+    reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
+    """ManiSkill reward."""
+    ignore_terminations: bool = False
+    """ManiSkill: episodes end only at the time limit (success does not end them)."""
+    vector_mode: Literal["sync", "async"] = "sync"
+    """ManiSkill CPU: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.total_num_envs % self.group_size:
+            raise ValueError(
+                f"total_num_envs ({self.total_num_envs}) must be a multiple of group_size ({self.group_size})"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class EnvConfig:
+    """The env component (config ``env``): training and evaluation environment sets."""
+
+    train: VecEnvConfig = attrs.field(factory=VecEnvConfig)
+    eval: VecEnvConfig = attrs.field(
+        factory=lambda: VecEnvConfig(auto_reset=False, max_steps_per_rollout_epoch=500, seed=10_000)
+    )
+    torch_num_threads: int = attrs.field(default=1, validator=v.ge(1))
+    """torch threads in each env worker process (the simulators here are single-threaded)."""

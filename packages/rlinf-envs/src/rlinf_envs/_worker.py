@@ -1,0 +1,289 @@
+"""``EnvWorker``: pipelined simulation, exchanging observations and actions with the rollout ranks.
+
+Each env rank holds ``pipeline_stage_num`` independent env sets (stages). Per chunk step and stage, it sends the
+stage's observations to the rollout rank(s) owning its slice of the stage batch (``peer_slices``), receives the
+actions, and steps the stage; with two stages, simulating one overlaps the rollout's inference of the other.
+Messages are point-to-point (``Worker.send`` / ``recv``); finished trajectories go on the actor's ``Channel``.
+
+Messages to a rollout rank, per stage and step: ``{"stage", "obs" [n, *obs], "deterministic",
+"final_obs" [n, *obs] or None}`` (``final_obs`` asks for ``V(final obs)`` of rows whose chunk ended in a
+truncation, for bootstrapping), or ``{"stage", "end": True}`` when the rank stops sending for that stage. The
+reply: ``{"actions", "logprobs" [n, C*D], "values" [n, 1], "final_values" [n, 1] or None}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import EnvSpec, EpisodeStats, VecEnv
+from rlinf_core.runners import peer_slices
+from rlinf_scheduler import Channel, Worker
+
+from ._config import EnvConfig, VecEnvConfig
+from ._factory import make_vec_env
+
+__all__ = ["EnvWorker"]
+
+
+def split_envs(cfg: VecEnvConfig, world_size: int, stages: int, what: str) -> int:
+    """Envs per (rank, stage); raises a ``ValueError`` naming ``what`` when they do not divide evenly."""
+    unit = world_size * stages * cfg.group_size
+    if cfg.total_num_envs % unit:
+        raise ValueError(
+            f"{what}.total_num_envs ({cfg.total_num_envs}) must be a multiple of env ranks ({world_size}) x "
+            f"pipeline stages ({stages}) x group_size ({cfg.group_size}) = {unit}"
+        )
+    return cfg.total_num_envs // (world_size * stages)
+
+
+class _Stage:
+    """One env set of this rank and its running state."""
+
+    def __init__(self, env: VecEnv, seed: int, chunks: int) -> None:
+        self.env = env
+        self.seed = seed
+        self.obs = env.reset(seed=seed)
+        self.dones = np.zeros((env.num_envs, chunks), dtype=bool)
+
+
+class EnvWorker(Worker):
+    """Simulates ``env.train`` (and ``env.eval``) and exchanges observations/actions with the rollout group.
+
+    Args:
+        cfg: the ``env`` config.
+        algorithm: the ``algorithm`` config (``gamma``, ``bootstrap_type``, ``rollout_epoch``).
+        pipeline_stage_num: env sets per rank stepped in turn (``rollout.pipeline_stage_num``).
+        num_action_chunks: actions per policy call (``actor.model.num_action_chunks``).
+        rollout_world_size: ranks of the rollout group (for the batch split).
+    """
+
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        algorithm: AlgorithmConfig,
+        pipeline_stage_num: int = 1,
+        *,
+        num_action_chunks: int = 1,
+        rollout_world_size: int = 1,
+    ) -> None:
+        torch.set_num_threads(cfg.torch_num_threads)
+        self.cfg = cfg
+        self.algorithm = algorithm
+        self.stages = pipeline_stage_num
+        self.chunks = num_action_chunks
+        self.rollout_world_size = rollout_world_size
+        for name, split in (("env.train", cfg.train), ("env.eval", cfg.eval)):
+            if split.max_steps_per_rollout_epoch % num_action_chunks:
+                raise ValueError(
+                    f"{name}.max_steps_per_rollout_epoch ({split.max_steps_per_rollout_epoch}) must be a multiple "
+                    f"of actor.model.num_action_chunks ({num_action_chunks})"
+                )
+        self.n_train = split_envs(cfg.train, self.world_size, self.stages, "env.train")
+        self.n_eval = split_envs(cfg.eval, self.world_size, self.stages, "env.eval")
+        self._train = [
+            _Stage(make_vec_env(cfg.train, self.n_train), self._seed(cfg.train, s, self.n_train), self.chunks)
+            for s in range(self.stages)
+        ]
+        self._eval: list[VecEnv] | None = None
+        self.spec: EnvSpec = self._train[0].env.spec
+
+    def _seed(self, split: VecEnvConfig, stage: int, n: int) -> int:
+        # Global index of this (stage, rank) slice's first env, counted in groups (env i: seed + i // group).
+        first = stage * n * self.world_size + self.rank * n
+        return split.seed + first // split.group_size
+
+    def _peers(self, n: int) -> list[tuple[int, int, int]]:
+        return peer_slices(n * self.world_size, self.rank, self.world_size, self.rollout_world_size)
+
+    # --------------------------------------------------------------------------------------- public API
+    def get_spec(self) -> EnvSpec:
+        """Observation/action description of the training envs."""
+        return self.spec
+
+    def interact(
+        self, rollout_group: str, actor_channel: Channel, actor_world_size: int = 1
+    ) -> dict[str, Any]:
+        """Run ``algorithm.rollout_epoch`` rollouts and put each trajectory on ``actor_channel``.
+
+        Each trajectory (stages concatenated along E) is put once under each key ``0..actor_world_size-1``
+        (one per actor rank), with ``env_offset`` (global index of its first env) and ``rollout_epoch``. Layout: ``obs [T, E, *obs]``, ``actions [T, E, C(, D)]``, ``rewards [T, E, C]``,
+        ``dones [T+1, E, C]`` (row 0: before the first step), ``prev_logprobs [T, E, C*D]``,
+        ``prev_values [T+1, E, 1]`` (row T: value of the final observation).
+
+        Returns:
+            Episode statistics of the episodes that ended (``returns``, ``lengths``, ``successes``) and
+            ``env_steps`` (env steps simulated by this rank).
+        """
+        stats = EpisodeStats()
+        steps = 0
+        t_chunks = self.cfg.train.max_steps_per_rollout_epoch // self.chunks
+        peers = self._peers(self.n_train)
+        for epoch in range(self.algorithm.rollout_epoch):
+            traj: dict[str, Any] = self._rollout_epoch(rollout_group, peers, t_chunks, stats)
+            # Lets every actor rank order the messages of a rollout the same way (global env index, epoch).
+            traj["env_offset"] = self.rank * self.n_train * self.stages
+            traj["rollout_epoch"] = epoch
+            steps += t_chunks * self.chunks * self.n_train * self.stages
+            with self.timer("put_trajectory"):
+                for key in range(actor_world_size):
+                    actor_channel.put(traj, key=key)
+        self._send_end(rollout_group, peers)
+        return {
+            "returns": stats.returns,
+            "lengths": stats.lengths,
+            "successes": stats.successes,
+            "env_steps": steps,
+        }
+
+    def evaluate(self, rollout_group: str) -> dict[str, Any]:
+        """One evaluation of ``env.eval`` envs from a fixed seed with deterministic actions.
+
+        It runs until every env's episode ended or ``env.eval.max_steps_per_rollout_epoch`` steps passed.
+
+        Returns:
+            ``returns``, ``lengths``, ``successes`` of the episodes that ended.
+        """
+        cfg = self.cfg.eval
+        if self._eval is None:
+            self._eval = [make_vec_env(cfg, self.n_eval) for _ in range(self.stages)]
+        peers = self._peers(self.n_eval)
+        obs = [env.reset(seed=self._seed(cfg, s, self.n_eval)) for s, env in enumerate(self._eval)]
+        finished = [np.zeros(self.n_eval, dtype=bool) for _ in range(self.stages)]
+        stats = EpisodeStats()
+        for s in range(self.stages):
+            self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
+        t_chunks = cfg.max_steps_per_rollout_epoch // self.chunks
+        for t in range(t_chunks):
+            for s, env in enumerate(self._eval):
+                reply = self._recv_reply(rollout_group, peers, s)
+                with self.timer("eval_env_step"):
+                    res = env.chunk_step(self._actions(reply["actions"]))
+                stats.extend(res.episodes)
+                finished[s] |= res.dones.any(axis=1)
+                obs[s] = res.obs
+            if t == t_chunks - 1 or all(f.all() for f in finished):
+                break
+            for s in range(self.stages):
+                self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
+        self._send_end(rollout_group, peers)
+        return {"returns": stats.returns, "lengths": stats.lengths, "successes": stats.successes}
+
+    # ------------------------------------------------------------------------------------------ internals
+    def _rollout_epoch(
+        self, rollout_group: str, peers: list[tuple[int, int, int]], t_chunks: int, stats: EpisodeStats
+    ) -> dict[str, torch.Tensor]:
+        alg = self.algorithm
+        rec: list[dict[str, list[Any]]] = [
+            {k: [] for k in ("obs", "actions", "rewards", "dones", "logprobs", "values")}
+            for _ in range(self.stages)
+        ]
+        boot: list[np.ndarray | None] = [None] * self.stages
+        for s, stage in enumerate(self._train):
+            rec[s]["dones"].append(stage.dones.copy())
+            self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False)
+        for t in range(t_chunks + 1):
+            for s, stage in enumerate(self._train):
+                reply = self._recv_reply(rollout_group, peers, s)
+                mask = boot[s]
+                if mask is not None:
+                    # γ·V(final obs) for chunks cut by truncation (RLinf's bootstrap on the last reward).
+                    fv = np.asarray(reply["final_values"], dtype=np.float32).reshape(-1)
+                    rec[s]["rewards"][-1][:, -1] += alg.gamma * fv * mask
+                    boot[s] = None
+                values = np.asarray(reply["values"], dtype=np.float32).reshape(-1, 1)
+                rec[s]["values"].append(values)
+                if t == t_chunks:
+                    continue
+                actions = self._actions(reply["actions"])
+                rec[s]["obs"].append(stage.obs)
+                rec[s]["actions"].append(np.asarray(reply["actions"]))
+                rec[s]["logprobs"].append(np.asarray(reply["logprobs"], dtype=np.float32))
+                with self.timer("env_step"):
+                    res = stage.env.chunk_step(actions)
+                stats.extend(res.episodes)
+                rec[s]["rewards"].append(res.rewards.astype(np.float32, copy=True))
+                dones = res.dones
+                rec[s]["dones"].append(dones)
+                stage.dones = dones
+                stage.obs = res.obs
+                if alg.bootstrap_type == "always":
+                    need = dones[:, -1]
+                else:
+                    need = res.truncations[:, -1] & ~res.terminations[:, -1]
+                final_obs = None
+                if need.any():
+                    boot[s] = need.astype(np.float32)
+                    final_obs = res.final_obs
+                self._send_obs(rollout_group, peers, s, stage.obs, final_obs, deterministic=False)
+        parts = [
+            {
+                "obs": torch.from_numpy(np.stack(r["obs"])),
+                "actions": torch.from_numpy(np.stack(r["actions"])),
+                "rewards": torch.from_numpy(np.stack(r["rewards"])),
+                "dones": torch.from_numpy(np.stack(r["dones"])),
+                "prev_logprobs": torch.from_numpy(np.stack(r["logprobs"])),
+                "prev_values": torch.from_numpy(np.stack(r["values"])),
+            }
+            for r in rec
+        ]
+        return {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+
+    def _actions(self, actions: Any) -> np.ndarray:
+        return np.asarray(actions)
+
+    def _send_obs(
+        self,
+        rollout_group: str,
+        peers: list[tuple[int, int, int]],
+        stage: int,
+        obs: np.ndarray,
+        final_obs: np.ndarray | None,
+        *,
+        deterministic: bool,
+    ) -> None:
+        with self.timer("send_obs"):
+            for peer, lo, hi in peers:
+                msg = {
+                    "stage": stage,
+                    "obs": obs[lo:hi],
+                    "final_obs": None if final_obs is None else final_obs[lo:hi],
+                    "deterministic": deterministic,
+                }
+                self.send(msg, rollout_group, peer)
+
+    def _recv_reply(
+        self, rollout_group: str, peers: list[tuple[int, int, int]], stage: int
+    ) -> dict[str, Any]:
+        with self.timer("wait_rollout"):
+            replies = [self.recv(rollout_group, peer, timeout=_TIMEOUT_S) for peer, _, _ in peers]
+        for r in replies:
+            if r.get("stage") != stage:
+                raise RuntimeError(
+                    f"env rank {self.rank}: expected a reply for stage {stage}, got {r.get('stage')}"
+                )
+        if len(replies) == 1:
+            return replies[0]
+        out: dict[str, Any] = {}
+        for key in ("actions", "logprobs", "values", "final_values"):
+            vals = [r.get(key) for r in replies]
+            out[key] = None if any(v is None for v in vals) else np.concatenate([np.asarray(v) for v in vals])
+        return out
+
+    def _send_end(self, rollout_group: str, peers: list[tuple[int, int, int]]) -> None:
+        for s in range(self.stages):
+            for peer, _, _ in peers:
+                self.send({"stage": s, "end": True}, rollout_group, peer)
+
+    def close(self) -> None:
+        """Close every simulator."""
+        for stage in self._train:
+            stage.env.close()
+        for env in self._eval or []:
+            env.close()
+
+
+_TIMEOUT_S = 600.0
+"""Longest wait for a rollout reply (a dead rollout ends the run much sooner through the failure monitor)."""

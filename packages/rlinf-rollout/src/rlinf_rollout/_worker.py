@@ -1,0 +1,152 @@
+"""``RolloutWorker``: batched policy inference for the env ranks, with weights synced from the actor."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from rlinf_core.protocols import EnvSpec
+from rlinf_core.runners import peer_slices
+from rlinf_models.policies import PolicyConfig, build_policy
+from rlinf_scheduler import Worker
+
+from ._config import RolloutConfig
+
+__all__ = ["RolloutWorker"]
+
+
+class RolloutWorker(Worker):
+    """Serves observation requests of the env ranks with ``policy.act`` on a copy of the actor's policy.
+
+    Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
+    :meth:`sync_model_from_actor`). Per stage, the rollout rank gathers the observation slices of its env peers
+    (``peer_slices``), runs one batched forward and sends each peer its rows of ``actions``, ``logprobs``
+    ``[n, C*D]``, ``values`` ``[n, 1]`` and, when asked, ``final_values`` ``[n, 1]``.
+
+    Args:
+        cfg: the ``rollout`` config.
+        model: the policy architecture (``actor.model``).
+        spec: the env's observation/action description.
+        env_world_size: ranks of the env group.
+        train_num_envs: ``env.train.total_num_envs``.
+        eval_num_envs: ``env.eval.total_num_envs``.
+    """
+
+    def __init__(
+        self,
+        cfg: RolloutConfig,
+        model: PolicyConfig,
+        spec: EnvSpec,
+        *,
+        env_world_size: int = 1,
+        train_num_envs: int = 1,
+        eval_num_envs: int = 1,
+    ) -> None:
+        torch.set_num_threads(cfg.torch_num_threads)
+        torch.manual_seed(cfg.seed + self.rank)
+        self.cfg = cfg
+        self.policy = build_policy(spec, model)
+        self.policy.eval()
+        self.version = -1
+        stages = cfg.pipeline_stage_num
+        self._peers: dict[str, list[int]] = {}
+        for mode, total in (("train", train_num_envs), ("eval", eval_num_envs)):
+            per_stage = total // stages
+            if total % stages or per_stage % self.world_size or per_stage % env_world_size:
+                raise ValueError(
+                    f"env.{mode}.total_num_envs ({total}) / pipeline stages ({stages}) must be a multiple of the "
+                    f"rollout ranks ({self.world_size}) and of the env ranks ({env_world_size})"
+                )
+            self._peers[mode] = [
+                p for p, _, _ in peer_slices(per_stage, self.rank, self.world_size, env_world_size)
+            ]
+
+    # --------------------------------------------------------------------------------------- public API
+    def sync_model_from_actor(self, actor_group: str) -> int:
+        """Receive ``{"version", "state_dict"}`` broadcast by actor rank 0 and load it; returns the version."""
+        with self.timer("sync_weights"):
+            groups = [(actor_group, 0), (self.group_name, range(self.world_size))]
+            msg = self.broadcast(None, groups, src=(actor_group, 0), timeout=self.cfg.recv_timeout_s)
+            self.policy.load_state_dict(msg["state_dict"])
+            self.version = int(msg["version"])
+        return self.version
+
+    def get_model_version(self) -> int:
+        """Version of the weights in use (-1 before the first sync)."""
+        return self.version
+
+    def offload(self) -> None:
+        """Move the policy to the CPU (collocated GPU runs free the device for the actor)."""
+        self.policy.to("cpu")
+
+    def onload(self) -> None:
+        """Move the policy back to this rank's accelerator (the CPU when there is none)."""
+        self.policy.to(_device())
+
+    def generate(self, env_group: str, mode: Literal["train", "eval"] = "train") -> int:
+        """Serve the env ranks until each sent its end marker for every stage; returns the requests served."""
+        if mode not in self._peers:
+            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        if self.version < 0:
+            raise RuntimeError("rollout has no weights yet: call sync_model_from_actor first")
+        if self.cfg.enable_offload:
+            self.onload()
+        active = {s: list(self._peers[mode]) for s in range(self.cfg.pipeline_stage_num)}
+        served = 0
+        while active:
+            for stage in list(active):
+                msgs = []
+                with self.timer("wait_env"):
+                    for peer in active[stage]:
+                        msgs.append((peer, self.recv(env_group, peer, timeout=self.cfg.recv_timeout_s)))
+                live = [(p, m) for p, m in msgs if not m.get("end")]
+                active[stage] = [p for p, _ in live]
+                if not live:
+                    del active[stage]
+                    continue
+                with self.timer("inference"):
+                    replies = self._infer([m for _, m in live], mode)
+                with self.timer("send_actions"):
+                    for (peer, _), reply in zip(live, replies, strict=True):
+                        reply["stage"] = stage
+                        self.send(reply, env_group, peer)
+                served += 1
+        if self.cfg.enable_offload:
+            self.offload()
+        return served
+
+    # ------------------------------------------------------------------------------------------ internals
+    @torch.no_grad()
+    def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+        sizes = [len(m["obs"]) for m in msgs]
+        obs = torch.as_tensor(np.concatenate([np.asarray(m["obs"]) for m in msgs]))
+        deterministic = mode == "eval" or self.cfg.deterministic or bool(msgs[0].get("deterministic"))
+        out = self.policy.act(obs, deterministic=deterministic)
+        n = obs.shape[0]
+        logprobs = out.logprobs.reshape(n, -1)
+        final_values = None
+        if any(m.get("final_obs") is not None for m in msgs):
+            rows = [
+                np.asarray(m["final_obs"]) if m.get("final_obs") is not None else np.asarray(m["obs"])
+                for m in msgs
+            ]
+            final_values = self.policy.value(torch.as_tensor(np.concatenate(rows)))
+        replies = []
+        start = 0
+        for size in sizes:
+            sl = slice(start, start + size)
+            replies.append(
+                {
+                    "actions": out.actions[sl].numpy(),
+                    "logprobs": logprobs[sl].numpy(),
+                    "values": out.values[sl].numpy(),
+                    "final_values": None if final_values is None else final_values[sl].numpy(),
+                }
+            )
+            start += size
+        return replies
+
+
+def _device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
