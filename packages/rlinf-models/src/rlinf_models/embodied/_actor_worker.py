@@ -28,7 +28,7 @@ import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_scheduler import Channel, Worker, timed
+from rlinf_scheduler import Channel, Empty, Worker, timed
 
 from .._config import ActorConfig
 from .._fsdp import (
@@ -255,17 +255,22 @@ class ActorWorker(Worker):
 
         Raises:
             ValueError: when the messages do not fit together or the envs do not split evenly.
-            queue.Empty: when the messages did not all arrive within ``timeout``.
+            TimeoutError: when the messages did not all arrive within ``timeout`` (says how many came).
         """
         if num_messages < 1:
             raise ValueError(f"num_messages must be >= 1, got {num_messages}")
         wait = self.comm_timeout if timeout is None else timeout
         read_key = self.rank if key is None else key
         deadline = time.monotonic() + wait
-        messages = [
-            channel.get(key=read_key, timeout=max(0.0, deadline - time.monotonic()))
-            for _ in range(num_messages)
-        ]
+        messages: list[Mapping[str, Any]] = []
+        try:
+            while len(messages) < num_messages:
+                messages.append(channel.get(key=read_key, timeout=max(0.0, deadline - time.monotonic())))
+        except Empty:
+            raise TimeoutError(
+                f"actor rank {self.rank} got {len(messages)} of {num_messages} trajectory messages from "
+                f"channel {channel.name!r} key {read_key!r} within {wait:g} s"
+            ) from None
         local = self._env_share(_concat_messages(messages))
         del messages
         self._batch = {k: v.to(self.device) for k, v in local.items()}
