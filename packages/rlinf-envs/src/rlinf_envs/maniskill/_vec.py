@@ -233,8 +233,9 @@ class ManiSkillVecEnv:
 
     * ``sim_backend="physx_cpu"`` (the only one this CPU-only machine runs): one single-env ManiSkill instance
       per environment (the CPU PhysX scene holds one env), vectorised by a gymnasium ``SyncVectorEnv``
-      (in-process) or ``AsyncVectorEnv`` (one spawned process per env, ``vector_mode="async"``). About 450-500
-      env-steps/s per core for PushCube-v1; see ``bench/maniskill_cpu.py``.
+      (in-process) or ``AsyncVectorEnv`` (one spawned process per env, ``vector_mode="async"``). Roughly
+      500-850 env-steps/s for PushCube-v1 on one core of the 2-core development machine; sync beat async there
+      (spawned workers start in 5-10 s each and add IPC per step); see ``bench/maniskill_cpu.py``.
     * ``sim_backend="physx_cuda"``/``"gpu"``: one GPU-batched ManiSkill scene with ``num_envs`` sub-scenes in
       this process, partial resets by index. Needs CUDA and the NVIDIA Vulkan driver; it is written against
       ManiSkill's documented batched API but has NOT been run here (no GPU on the development machine) and its
