@@ -153,6 +153,23 @@ def test_success_is_reported_and_terminates(reward_mode: str) -> None:
     random_env.close()
 
 
+def test_ignore_terminations_runs_to_the_time_limit_and_keeps_success() -> None:
+    env = ManiSkillVecEnv(
+        "PushCube-v1", 2, control_mode="pd_ee_delta_pos", ignore_terminations=True, max_episode_steps=15
+    )
+    obs = env.reset(seed=0)
+    terms, truncs, successes = [], [], []
+    for _ in range(15):
+        res = env.chunk_step(_push_policy(obs)[:, None])
+        obs = res.obs
+        terms.append(res.terminations[:, 0])
+        truncs.append(res.truncations[:, 0])
+        successes += res.episodes.successes
+    assert not np.any(terms) and np.all(truncs[-1]) and not np.any(truncs[:-1])
+    assert len(successes) == 2 and True in successes  # success at any step of the episode counts
+    env.close()
+
+
 def test_async_vector_env_matches_sync() -> None:
     actions = np.random.default_rng(1).uniform(-1, 1, (2, 4, 8))
     out = []
