@@ -39,6 +39,8 @@ def init_distributed(device: torch.device) -> DeviceMesh:
     Args:
         device: ``cpu`` (gloo) or ``cuda`` (NCCL for CUDA tensors, gloo for CPU ones).
     """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # the placement made this process's GPU(s) the only visible ones
     if not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend)
