@@ -225,6 +225,7 @@ def run_embodied(
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     own = cluster is None
     cluster = cluster or Cluster(cfg.cluster)
+    groups: dict[str, Any] = {}
     try:
         groups = launch_groups(cfg, cluster, actor_cls=actor_cls)
         runner = EmbodiedRunner(
@@ -240,3 +241,6 @@ def run_embodied(
     finally:
         if own:
             cluster.shutdown()
+        elif cluster.failure is None:
+            for group in groups.values():
+                group.shutdown()
