@@ -16,4 +16,5 @@ def __getattr__(name: str) -> Any:
         return RolloutWorker
     raise AttributeError(f"module 'rlinf_rollout' has no attribute {name!r}")
 
+
 __all__ = ["RolloutConfig", "RolloutWorker", "__version__"]
