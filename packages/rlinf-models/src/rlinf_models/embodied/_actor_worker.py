@@ -1,6 +1,6 @@
 """``ActorWorker``: the embodied training group (FSDP2 data parallel over the actor ranks).
 
-The runner drives it by method name (see ``docs`` and EMBODIED_PLAN.md, "Contract changes"):
+The runner drives it by method name (see the rlinf-models README, "ActorWorker"):
 
 ```python
 actor = ActorWorker.create_group(cfg.actor, cfg.algorithm, spec, total_steps=...).launch(cluster, strategy, name="actor")
