@@ -97,3 +97,30 @@ def test_grpo_without_critic() -> None:
     assert "returns" not in batch
     metrics = trainer.train(batch)
     assert "actor/policy_loss" in metrics and "critic/value_loss" not in metrics
+
+
+def test_loss_agg_func_reaches_the_loss() -> None:
+    # With 2 actions per chunk, summing per row (seq-mean-token-sum) gives about twice token-mean's loss.
+    losses = []
+    for agg in ("token-mean", "seq-mean-token-sum"):
+        torch.manual_seed(0)
+        policy = build_policy(
+            SPEC, PolicyConfig(hidden_sizes=(16,), num_action_chunks=2, add_value_head=False)
+        )
+        alg = AlgorithmConfig(
+            adv_type="grpo",
+            loss_type="actor",
+            group_size=2,
+            update_epoch=1,
+            loss_agg_func=agg,
+            reward_type="action_level",
+            logprob_type="action_level",
+        )
+        trainer = EmbodiedPPOTrainer(policy, alg, ActorConfig(global_batch_size=32, micro_batch_size=32))
+        batch = _batch(c=2)
+        batch["prev_logprobs"] = torch.full((8, 4, 2), -0.69)
+        batch["loss_mask"] = torch.ones(8, 4, 2, dtype=torch.bool)
+        batch["loss_mask_sum"] = torch.full((8, 4, 2), 8.0)
+        batch = trainer.compute_advantages_and_returns(batch)
+        losses.append(trainer.train(batch)["actor/policy_loss"])
+    assert losses[1] == pytest.approx(2 * losses[0], rel=1e-4)

@@ -251,6 +251,7 @@ class EmbodiedPPOTrainer:
         loss_kwargs: dict[str, Any] = {
             "task_type": "embodied",
             "loss_type": alg.loss_type,
+            "loss_agg_func": alg.loss_agg_func,
             "logprob_type": alg.logprob_type,
             "reward_type": alg.reward_type,
             "single_action_dim": self.action_dim,
