@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from rlinf_algos import compute_loss_mask
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, EpisodeStats, VecEnv
 from rlinf_core.runners import peer_slices
@@ -88,6 +89,7 @@ class EnvWorker(Worker):
             for s in range(self.stages)
         ]
         self._eval: list[VecEnv] | None = None
+        self._resets = 0
         self.spec: EnvSpec = self._train[0].env.spec
 
     def _seed(self, split: VecEnvConfig, stage: int, n: int) -> int:
@@ -181,6 +183,12 @@ class EnvWorker(Worker):
             for _ in range(self.stages)
         ]
         boot: list[np.ndarray | None] = [None] * self.stages
+        if not self.cfg.train.auto_reset:
+            # One episode per env and rollout (GRPO-style): fresh initial states, shared within each group.
+            self._resets += 1
+            for stage in self._train:
+                stage.obs = stage.env.reset(seed=stage.seed + self._resets * _RESEED_STRIDE)
+                stage.dones[:] = False
         for s, stage in enumerate(self._train):
             rec[s]["dones"].append(stage.dones.copy())
             self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False)
@@ -229,7 +237,11 @@ class EnvWorker(Worker):
             }
             for r in rec
         ]
-        return {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+        traj = {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+        if not self.cfg.train.auto_reset:
+            # Steps after an env's episode ended are padding: mask them out of the loss (RLinf compute_loss_mask).
+            traj["loss_mask"], traj["loss_mask_sum"] = compute_loss_mask(traj["dones"])
+        return traj
 
     def _actions(self, actions: Any) -> np.ndarray:
         return np.asarray(actions)
@@ -284,6 +296,9 @@ class EnvWorker(Worker):
         for env in self._eval or []:
             env.close()
 
+
+_RESEED_STRIDE = 1_000_003
+"""Seed offset between successive resets of the training envs when ``auto_reset`` is off."""
 
 _TIMEOUT_S = 600.0
 """Longest wait for a rollout reply (a dead rollout ends the run much sooner through the failure monitor)."""

@@ -1,0 +1,107 @@
+"""The embodied app's configs and command line, checked before Ray starts (no Ray in this module)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from rlinf_core.config import ConfigError
+
+from .conftest import APP_DIR
+
+CONFIGS = sorted(p.stem for p in (APP_DIR / "config").glob("*.yaml"))
+
+
+def test_every_issue_config_exists() -> None:
+    expected = {
+        "cartpole_ppo",
+        "cartpole_grpo",
+        "pendulum_ppo",
+        "halfcheetah_ppo",
+        "maniskill_pushcube_ppo",
+        "maniskill_pickcube_ppo",
+    }
+    assert expected <= set(CONFIGS)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_configs_load_and_pass_the_cross_checks(app: ModuleType, name: str) -> None:
+    cfg = app.load_embodied_config(APP_DIR / "config" / f"{name}.yaml")
+    sizes = app.placement_world_sizes(cfg)
+    assert sizes is not None and set(sizes) == {"actor", "rollout", "env"}
+
+
+def test_every_placement_mode_is_shown(app: ModuleType) -> None:
+    from rlinf_scheduler import resolve_placement
+
+    modes = set()
+    for name in CONFIGS:
+        cfg = app.load_embodied_config(APP_DIR / "config" / f"{name}.yaml")
+        out = resolve_placement(
+            cfg.cluster,
+            num_nodes=cfg.cluster.num_nodes,
+            accelerators_per_node=cfg.cluster.simulated_accelerators_per_node,
+        )
+        devices = {c: {a for p in out[c] for a in p.resource_ranks} for c in ("actor", "rollout", "env")}
+        if devices["actor"] == devices["rollout"] == devices["env"]:
+            modes.add("collocated")
+        elif not (
+            devices["actor"] & devices["rollout"]
+            or devices["actor"] & devices["env"]
+            or devices["rollout"] & devices["env"]
+        ):
+            modes.add("disaggregated")
+        else:
+            modes.add("hybrid")
+    assert modes == {"collocated", "disaggregated", "hybrid"}
+
+
+def test_cross_field_problems_are_listed_with_their_paths(app: ModuleType) -> None:
+    with pytest.raises(ConfigError) as err:
+        app.load_embodied_config(
+            APP_DIR / "config" / "cartpole_ppo.yaml",
+            [
+                "rollout.pipeline_stage_num=3",
+                "actor.global_batch_size=4096",
+                "actor.micro_batch_size=4096",
+                "algorithm.group_size=2",
+                "env.train.max_steps_per_rollout_epoch=30",
+                "actor.model.num_action_chunks=4",
+            ],
+        )
+    text = str(err.value)
+    for fragment in (
+        "env.train.total_num_envs (8) must be a multiple of env ranks (1) x rollout.pipeline_stage_num (3)",
+        "actor.global_batch_size (4096) exceeds the samples one step collects",
+        "algorithm.group_size (2) must equal env.train.group_size (1)",
+        "env.train.max_steps_per_rollout_epoch (30) must be a multiple of actor.model.num_action_chunks (4)",
+    ):
+        assert fragment in text
+
+
+def test_placement_without_a_component_is_an_error(app: ModuleType) -> None:
+    with pytest.raises(ConfigError, match=r"no placement for \['env'\]"):
+        app.load_embodied_config(
+            APP_DIR / "config" / "cartpole_ppo.yaml", ['cluster.component_placement={"actor,rollout": 0}']
+        )
+
+
+def _train(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(APP_DIR / "train.py"), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_train_print_config_and_bad_override_exit_codes(tmp_path: Path) -> None:
+    out = _train("--print-config", "runner.max_epochs=7")
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["runner"]["max_epochs"] == 7
+    bad = _train("runner.max_epoch=7", "env.train.total_num_envs=oops")
+    assert bad.returncode == 2
+    assert "runner.max_epoch: unknown key (did you mean 'runner.max_epochs'?)" in bad.stderr
+    assert "env.train.total_num_envs: expected int" in bad.stderr
+    assert _train("--config-name", "nope").returncode == 2
