@@ -215,10 +215,14 @@ def run_embodied(
     *,
     cluster: Cluster | None = None,
     actor_cls: type[Worker] | None = None,
+    rollout_cls: type[Worker] = RolloutWorker,
+    env_cls: type[Worker] = EnvWorker,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     evaluate_only: str | None = None,
 ) -> RunResult | dict[str, float]:
     """Start (or use) a cluster, launch the groups and train; or evaluate the checkpoint ``evaluate_only``.
+
+    ``actor_cls``/``rollout_cls``/``env_cls`` replace the worker classes (tests and benchmarks use subclasses).
 
     The cluster is shut down at the end when this function created it.
     """
@@ -227,7 +231,7 @@ def run_embodied(
     cluster = cluster or Cluster(cfg.cluster)
     groups: dict[str, Any] = {}
     try:
-        groups = launch_groups(cfg, cluster, actor_cls=actor_cls)
+        groups = launch_groups(cfg, cluster, actor_cls=actor_cls, rollout_cls=rollout_cls, env_cls=env_cls)
         runner = EmbodiedRunner(
             cfg.runner,
             rollout_epoch=cfg.algorithm.rollout_epoch,
