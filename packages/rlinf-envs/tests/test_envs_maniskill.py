@@ -23,7 +23,7 @@ from rlinf_envs.maniskill import (
 pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context:DeprecationWarning")
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def vulkan() -> Iterator[None]:
     """Use the driver from scripts/install_vulkan_cpu.sh when none is exported; skip (fail in CI) without one."""
     saved = os.environ.get("VK_ICD_FILENAMES")
@@ -64,6 +64,7 @@ def _push_policy(obs: np.ndarray) -> np.ndarray:
     return act
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_pushcube_shapes_groups_and_protocol() -> None:
     env = ManiSkillVecEnv("PushCube-v1", 4, group_size=2)
     assert isinstance(env, VecEnv)
@@ -86,6 +87,7 @@ def test_pushcube_shapes_groups_and_protocol() -> None:
         env.reset()
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_auto_reset_final_obs_and_episode_stats() -> None:
     env = ManiSkillVecEnv("PushCube-v1", 2, max_episode_steps=3)
     first = env.reset(seed=0)
@@ -112,6 +114,7 @@ def test_auto_reset_final_obs_and_episode_stats() -> None:
     env.close()
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_without_auto_reset_finished_envs_stay_done() -> None:
     env = ManiSkillVecEnv("PickCube-v1", 2, auto_reset=False, max_episode_steps=2)
     assert env.spec.obs_shape == (42,)
@@ -128,6 +131,7 @@ def test_without_auto_reset_finished_envs_stay_done() -> None:
 
 
 @pytest.mark.parametrize("reward_mode", ["normalized_dense", "sparse"])
+@pytest.mark.usefixtures("vulkan")
 def test_success_is_reported_and_terminates(reward_mode: str) -> None:
     env = ManiSkillVecEnv("PushCube-v1", 2, control_mode="pd_ee_delta_pos", reward_mode=reward_mode)
     assert env.spec.action_dim == 4
@@ -153,6 +157,7 @@ def test_success_is_reported_and_terminates(reward_mode: str) -> None:
     random_env.close()
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_ignore_terminations_runs_to_the_time_limit_and_keeps_success() -> None:
     env = ManiSkillVecEnv(
         "PushCube-v1", 2, control_mode="pd_ee_delta_pos", ignore_terminations=True, max_episode_steps=15
@@ -170,6 +175,7 @@ def test_ignore_terminations_runs_to_the_time_limit_and_keeps_success() -> None:
     env.close()
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_async_vector_env_matches_sync() -> None:
     actions = np.random.default_rng(1).uniform(-1, 1, (2, 4, 8))
     out = []
@@ -183,6 +189,7 @@ def test_async_vector_env_matches_sync() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.usefixtures("vulkan")
 def test_bad_arguments_and_actions_are_named() -> None:
     with pytest.raises(ValueError, match="group_size must divide num_envs"):
         ManiSkillVecEnv("PushCube-v1", 3, group_size=2)
@@ -228,6 +235,7 @@ def test_missing_vulkan_driver_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU-batched ManiSkill sim needs CUDA")
+@pytest.mark.usefixtures("vulkan")
 def test_gpu_sim_groups_and_auto_reset() -> None:
     env = ManiSkillVecEnv("PushCube-v1", 8, group_size=4, sim_backend="physx_cuda", max_episode_steps=3)
     obs = env.reset(seed=0)
