@@ -152,3 +152,49 @@ def test_env_worker_rejects_uneven_split() -> None:
     with pytest.raises(ValueError, match=r"env.train.total_num_envs \(6\) must be a multiple of env ranks"):
         split_envs(VecEnvConfig(total_num_envs=6), 2, 2, "env.train")
     assert split_envs(VecEnvConfig(total_num_envs=8), 2, 2, "env.train") == 2
+
+
+@pytest.mark.ray
+def test_grpo_rollouts_reset_groups_and_mask_after_the_episode(cluster: Any) -> None:
+    from rlinf_envs import EnvWorker
+    from rlinf_rollout import RolloutConfig, RolloutWorker
+    from rlinf_scheduler import Channel, PackedPlacementStrategy
+
+    split = VecEnvConfig(
+        env_id="CartPole-v1", total_num_envs=4, group_size=2, auto_reset=False, max_steps_per_rollout_epoch=12
+    )
+    cfg = EnvConfig(train=split, eval=split)
+    alg = AlgorithmConfig(adv_type="grpo", loss_type="actor", group_size=2, rollout_epoch=2)
+    env = EnvWorker.create_group(cfg, alg, 1).launch(cluster, PackedPlacementStrategy(0, 0), name="envg")
+    spec = env.get_spec().wait(timeout=120)[0]
+    model = PolicyConfig(hidden_sizes=(8,), add_value_head=False)
+    rollout = RolloutWorker.create_group(
+        RolloutConfig(), model, spec, train_num_envs=4, eval_num_envs=4
+    ).launch(cluster, PackedPlacementStrategy(0, 0), name="rolloutg")
+    source = (
+        _weights_source()
+        .create_group(spec, model, 1)
+        .launch(cluster, PackedPlacementStrategy(1, 1), name="actorg")
+    )
+    sync = rollout.sync_model_from_actor("actorg")
+    source.sync_model_to_rollout("rolloutg").wait(timeout=120)
+    sync.wait(timeout=120)
+    channel = Channel.create("trajg")
+    serve = rollout.generate("envg", "train")
+    env.interact("rolloutg", channel, 1).wait(timeout=120)
+    serve.wait(timeout=60)
+    first, second = source.take(channel, 2).wait(timeout=60)[0]
+    for traj in (first, second):
+        obs, dones, mask = traj["obs"], traj["dones"][..., 0], traj["loss_mask"][..., 0]
+        assert not dones[0].any()  # every rollout starts fresh episodes
+        torch.testing.assert_close(obs[0, 0], obs[0, 1])  # groups of 2 share their initial state
+        assert not torch.equal(obs[0, 0], obs[0, 2])
+        ended = dones[1:].cumsum(0) > 0
+        # A step counts until and including the one that ends the episode; padding after it does not.
+        expected = torch.cat([torch.ones(1, 4, dtype=torch.bool), ~ended[:-1]])
+        assert torch.equal(mask, expected)
+        assert torch.equal(traj["loss_mask_sum"][0, :, 0], mask.sum(0))
+    assert not torch.equal(first["obs"][0], second["obs"][0])  # new initial states for the next rollout
+    channel.shutdown()
+    for group in (env, rollout, source):
+        group.shutdown()
