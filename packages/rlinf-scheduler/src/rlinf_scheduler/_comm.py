@@ -7,7 +7,9 @@ microseconds) carrying a sequence number and either the payload itself (below ``
 arrays) or a reference to where its arrays are:
 
 - same node: a pooled shared-memory segment of the sender (one copy; the receiver's tensors view it);
-- other node: a two-rank gloo group created lazily for the pair (``_transport_gloo``).
+- other node: a two-rank gloo group created lazily for the pair (``_transport_gloo``);
+- CUDA tensors of a payload too big to go inline: CUDA IPC to a same-node receiver that sees their GPU, a
+  directed NCCL group to a receiver on another node that has CUDA (``_transport_cuda``), else as above.
 
 Messages are buffered by the receiver (delivery never waits for ``recv``), so sends in crossed directions
 never deadlock; sequence numbers per ordered pair make delivery FIFO whatever the order Ray runs the calls.
@@ -145,7 +147,9 @@ class _CommState:
         self.pool = tp.SegmentPool()
         self.cache = tp.SegmentCache()
         self.gloo: Any = None
-        self.stats: dict[str, int] = {"inline": 0, "shm": 0, "gloo": 0}
+        self.nccl: Any = None
+        self.cuda_uuids: dict[PeerKey, tuple[str, ...]] = {}
+        self.stats: dict[str, int] = {"inline": 0, "shm": 0, "gloo": 0, "ipc": 0, "nccl": 0}
         self.server = FrameServer(node_ip(), self._on_frame)
 
     def _on_frame(self, kind: int, body: memoryview) -> None:
@@ -154,12 +158,28 @@ class _CommState:
 
     def on_message(self, src: PeerKey, stream: str, seq: int, msg: tuple[Any, ...]) -> None:
         src = (src[0], int(src[1]))
+        self.inbox(src, stream).put(seq, self._post(src, msg))
+
+    def _post(self, src: PeerKey, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Post the receives a message needs now: the sender never waits for our recv()."""
         if msg[0] == "gloo":
             _, meta, specs, total, tag = msg
             pair = self.gloo_pairs().get(src)
-            work, buf = pair.recv(total, tag)  # posted now: the sender never waits for our recv()
-            msg = ("gloo-posted", meta, specs, work, buf)
-        self.inbox(src, stream).put(seq, msg)
+            work, buf = pair.recv(total, tag)
+            return ("gloo-posted", meta, specs, work, buf)
+        if msg[0] == "cuda" and msg[2][0] == "nccl":
+            import torch  # a CUDA payload: torch is needed to receive it
+
+            posted: dict[int, tuple[Any, Any]] = {}
+            count = torch.cuda.device_count()
+            for src_dev, address, items in msg[2][1]:
+                device = torch.device("cuda", self.cuda_module().local_device(src_dev, count))
+                got = self.nccl_links().post_recvs(src, src_dev, address, [n for _, n in items], device)
+                posted.update(zip([i for i, _ in items], got, strict=True))
+            return ("cuda", self._post(src, msg[1]), ("nccl-posted", posted))
+        if msg[0] == "cuda":
+            return ("cuda", self._post(src, msg[1]), msg[2])
+        return msg
 
     def actor(self, peer: PeerKey) -> Any:
         with self.lock:
@@ -221,6 +241,34 @@ class _CommState:
         except OSError as e:
             raise RuntimeError(f"worker {peer} is gone; the message to it was lost ({e})") from e
 
+    def peer_cuda(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, ...]]:
+        """The GPU UUIDs each peer sees (asked once per peer, when the first CUDA payload goes to it)."""
+        peers = list(peers)
+        with self.lock:
+            missing = [p for p in peers if p not in self.cuda_uuids]
+        if missing:
+            refs = [self.actor(p)._comm_cuda_info.remote() for p in missing]
+            try:
+                values = ray.get(refs, timeout=_INFO_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise TimeoutError(f"workers {missing} did not answer within {_INFO_TIMEOUT_S} s") from None
+            with self.lock:
+                self.cuda_uuids.update((p, tuple(v)) for p, v in zip(missing, values, strict=True))
+        with self.lock:
+            return {p: self.cuda_uuids[p] for p in peers}
+
+    @staticmethod
+    def cuda_module() -> Any:
+        from rlinf_scheduler import _transport_cuda  # torch only for CUDA payloads
+
+        return _transport_cuda
+
+    def nccl_links(self) -> Any:
+        with self.lock:
+            if self.nccl is None:
+                self.nccl = self.cuda_module().NcclLinks()
+            return self.nccl
+
     def gloo_pairs(self) -> Any:
         with self.lock:
             if self.gloo is None:
@@ -247,6 +295,8 @@ class _CommState:
         self.cache.close()
         if self.gloo is not None:
             self.gloo.close()
+        if self.nccl is not None:
+            self.nccl.close()
 
 
 def _peer(group_name: str, rank: int, what: str) -> PeerKey:
@@ -436,10 +486,84 @@ class CommMixin:
 
     def _comm_transmit(self, enc: tp.Encoded, peers: list[PeerKey], stream: str, seqs: list[int]) -> Work:
         st = self._comm()
+        cuda = tp.cuda_indices(enc) if enc.total >= tp.INLINE_LIMIT else []
+        if cuda:
+            return self._comm_transmit_cuda(enc, cuda, peers, stream, seqs)
+
+        def frame(peer: PeerKey, seq: int, msg: tuple[Any, ...]) -> None:
+            st.deliver(peer, stream, seq, msg)
+
+        return self._comm_transmit_host(enc, peers, seqs, frame)
+
+    def _comm_transmit_cuda(
+        self, enc: tp.Encoded, cuda: list[int], peers: list[PeerKey], stream: str, seqs: list[int]
+    ) -> Work:
+        """Send a payload holding large CUDA tensors: each receiver gets them by the route ``route`` picks."""
+        st = self._comm()
+        tc = st.cuda_module()
+        info, gpus, mine = st.peer_info(peers), st.peer_cuda(peers), tc.device_uuids()
+        src_dev = {i: tc.device_index(enc.specs[i].device) for i in cuda}
+        src_uuids = {mine[d] for d in src_dev.values()}
+        by_route: dict[str, tuple[list[PeerKey], list[int]]] = {}
+        for p, s in zip(peers, seqs, strict=True):
+            kind = tc.route(same_node=info[p][0] == st.node_id, src_uuids=src_uuids, peer_uuids=gpus[p])
+            by_route.setdefault(kind, ([], []))[0].append(p)
+            by_route[kind][1].append(s)
+        works: list[Work] = []
+        if "host" in by_route:
+
+            def plain(peer: PeerKey, seq: int, msg: tuple[Any, ...]) -> None:
+                st.deliver(peer, stream, seq, msg)
+
+            works.append(self._comm_transmit_host(enc, *by_route["host"], plain))
+        if "ipc" in by_route:
+            tc.ipc_collect()  # free earlier copies that their receivers have released
+            copies = {i: tc.ipc_copy(enc.sources[i]) for i in cuda}  # one copy for all receivers
+
+            def ipc(peer: PeerKey, seq: int, msg: tuple[Any, ...]) -> None:
+                handles = {i: tc.ipc_handle(c, gpus[peer].index(mine[src_dev[i]])) for i, c in copies.items()}
+                st.deliver(peer, stream, seq, ("cuda", msg, ("ipc", handles)))
+                st.stats["ipc"] += 1
+
+            works.append(self._comm_transmit_host(tp.split_device(enc, cuda, "ipc"), *by_route["ipc"], ipc))
+        if "nccl" in by_route:
+            links = st.nccl_links()
+            by_dev: dict[int, list[int]] = {}
+            for i in cuda:
+                by_dev.setdefault(src_dev[i], []).append(i)
+            sent: list[Any] = []
+
+            def nccl(peer: PeerKey, seq: int, msg: tuple[Any, ...]) -> None:
+                with links.peer_lock(peer):  # frame order = NCCL send order on each link
+                    entries, posts = [], []
+                    for dev, idx in by_dev.items():
+                        link, address = links.sender(peer, dev)
+                        entries.append((dev, address, [(i, enc.specs[i].nbytes) for i in idx]))
+                        posts.append((link, [enc.sources[i] for i in idx]))
+                    st.deliver(peer, stream, seq, ("cuda", msg, ("nccl", entries)))
+                    for link, srcs in posts:
+                        sent.extend(links.post_sends(link, srcs))
+                st.stats["nccl"] += 1
+
+            works.append(
+                self._comm_transmit_host(tp.split_device(enc, cuda, "nccl"), *by_route["nccl"], nccl)
+            )
+            works.append(_dist_work(sent, enc.sources))
+        return _all_of(works)
+
+    def _comm_transmit_host(
+        self,
+        enc: tp.Encoded,
+        peers: list[PeerKey],
+        seqs: list[int],
+        frame: Callable[[PeerKey, int, tuple[Any, ...]], None],
+    ) -> Work:
+        """Move the host buffers of ``enc``; ``frame(peer, seq, msg)`` delivers each control message."""
+        st = self._comm()
         if enc.total < tp.INLINE_LIMIT:
             blob = tp.pack_inline(enc) if enc.specs else b""
             for peer, seq in zip(peers, seqs, strict=True):
-                st.deliver(peer, stream, seq, ("inline", enc.meta, enc.specs, blob))
+                frame(peer, seq, ("inline", enc.meta, enc.specs, blob))
                 st.stats["inline"] += 1
             return _finished_work()
         info = st.peer_info(peers)
@@ -450,7 +574,7 @@ class CommMixin:
             tp.write_buffers(enc, area)
             del area
             for ref, (peer, seq) in zip(refs, local, strict=True):
-                st.deliver(peer, stream, seq, ("shm", enc.meta, enc.specs, ref))
+                frame(peer, seq, ("shm", enc.meta, enc.specs, ref))
                 st.stats["shm"] += 1
         if not remote:
             return _finished_work()
@@ -463,19 +587,10 @@ class CommMixin:
         for peer, seq in remote:
             pair = pairs.get(peer)
             tag = pair.next_tag()
-            st.deliver(peer, stream, seq, ("gloo", enc.meta, enc.specs, enc.total, tag))
+            frame(peer, seq, ("gloo", enc.meta, enc.specs, enc.total, tag))
             works.append(pair.send(staging, tag))
             st.stats["gloo"] += 1
-
-        def wait(timeout: float | None, _staging: Any = staging) -> None:  # keeps staging alive
-            for w in works:
-                if timeout is None:
-                    w.wait()
-                else:
-                    w.wait(datetime.timedelta(seconds=timeout))
-            return None
-
-        return Work(wait, lambda: all(w.is_completed() for w in works))
+        return _dist_work(works, staging)
 
     def _comm_receive(self, peer: PeerKey, stream: str, *, cancel_on_timeout: bool = False) -> Work:
         st = self._comm()
@@ -496,7 +611,7 @@ class CommMixin:
 
         def done() -> bool:
             msg = slot.msg
-            return msg is not None and (msg[0] != "gloo-posted" or msg[3].is_completed())
+            return msg is not None and _msg_done(msg)
 
         return Work(wait, done)
 
@@ -511,6 +626,14 @@ class CommMixin:
         host, port = st.server.address
         return st.node_id, st.pool.pid, host, port
 
+    def _comm_cuda_info(self) -> tuple[str, ...]:
+        """UUIDs of the GPUs this worker sees (empty without torch or CUDA)."""
+        try:
+            tc = _CommState.cuda_module()
+        except ImportError:
+            return ()
+        return tc.device_uuids()  # type: ignore[no-any-return]
+
     def _comm_gloo_address(self, peer: PeerKey) -> tuple[str, int]:
         return self._comm().gloo_pairs().master_address((peer[0], int(peer[1])))  # type: ignore[no-any-return]
 
@@ -524,18 +647,72 @@ class CommMixin:
             state.close()
 
 
-def _decode(st: _CommState, peer: PeerKey, msg: tuple[Any, ...]) -> Any:
+def _dist_work(works: list[Any], keep: Any) -> Work:
+    """A ``Work`` over torch.distributed works; ``keep`` (their buffers) stays alive until it is waited."""
+
+    def wait(timeout: float | None, _keep: Any = keep) -> None:
+        for w in works:
+            if timeout is None:
+                w.wait()
+            else:
+                w.wait(datetime.timedelta(seconds=timeout))
+        return None
+
+    return Work(wait, lambda: all(w.is_completed() for w in works))
+
+
+def _all_of(works: list[Work]) -> Work:
+    if len(works) == 1:
+        return works[0]
+
+    def wait(timeout: float | None) -> None:
+        for w in works:
+            w.wait(timeout)
+        return None
+
+    return Work(wait, lambda: all(w.done() for w in works))
+
+
+def _msg_done(msg: tuple[Any, ...]) -> bool:
+    """Whether a received message can be decoded without waiting for posted transfers."""
+    if msg[0] == "gloo-posted":
+        return bool(msg[3].is_completed())
+    if msg[0] == "cuda":
+        dev = msg[2]
+        return _msg_done(msg[1]) and (
+            dev[0] != "nccl-posted" or all(w.is_completed() for w, _ in dev[1].values())
+        )
+    return True
+
+
+def _device_buffers(st: _CommState, dev: tuple[Any, ...]) -> dict[int, Any]:
+    """``{spec index: [nbytes] uint8 CUDA tensor}`` of a message's GPU part."""
+    if dev[0] == "ipc":
+        tc = st.cuda_module()
+        return {i: tc.ipc_open(args) for i, args in dev[1].items()}
+    if dev[0] == "nccl-posted":
+        out = {}
+        for i, (work, buf) in dev[1].items():
+            work.wait()  # orders this thread's current CUDA stream after the receive
+            out[i] = buf
+        return out
+    raise RuntimeError(f"unknown GPU transport {dev[0]!r}")
+
+
+def _decode(st: _CommState, peer: PeerKey, msg: tuple[Any, ...], device: dict[int, Any] | None = None) -> Any:
     kind = msg[0]
     if kind == "inline":
         _, meta, specs, blob = msg
         area = np.frombuffer(bytearray(blob), dtype=np.uint8) if specs else None
-        return tp.decode(meta, specs, area)
+        return tp.decode(meta, specs, area, device)
     if kind == "shm":
         _, meta, specs, ref = msg
         area = st.cache.open(ref)
-        return tp.decode(meta, specs, area)
+        return tp.decode(meta, specs, area, device)
     if kind == "gloo-posted":
         _, meta, specs, work, buf = msg
         work.wait()
-        return tp.decode(meta, specs, buf.numpy())
+        return tp.decode(meta, specs, buf.numpy(), device)
+    if kind == "cuda":
+        return _decode(st, peer, msg[1], _device_buffers(st, msg[2]))
     raise RuntimeError(f"unknown message kind {kind!r} from {peer}")

@@ -10,6 +10,9 @@ dataclasses, ...) is replaced by a reference to a buffer. Buffers are then moved
   message, the segment returns to the sender's pool, so a steady stream reuses already-faulted pages;
 - gloo: packed into one staging tensor sent over a per-pair ``torch.distributed`` group (``_transport_gloo``).
 
+The bytes of large CUDA tensors may instead travel by a GPU transport (``_transport_cuda``): ``split_device``
+marks their specs, which then take no room in the packed area, and ``decode`` takes them as device buffers.
+
 torch is imported only when a payload contains tensors (``sys.modules`` check) or a tensor must be built.
 """
 
@@ -24,7 +27,8 @@ import sys
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cloudpickle
@@ -59,6 +63,8 @@ class BufferSpec:
         nbytes: number of data bytes.
         device: ``"cpu"`` or the source device (``"cuda:0"``); GPU tensors arrive on the same kind of device.
         requires_grad: restored on the received tensor.
+        transport: ``"host"`` (the bytes are in the packed area at ``offset``), ``"ipc"`` or ``"nccl"`` (a CUDA
+            tensor whose bytes travel by that GPU transport; ``offset`` is unused).
     """
 
     kind: str
@@ -68,6 +74,7 @@ class BufferSpec:
     nbytes: int
     device: str = "cpu"
     requires_grad: bool = False
+    transport: str = "host"
 
 
 @dataclass
@@ -141,8 +148,41 @@ def encode(obj: Any) -> Encoded:
     return out
 
 
+def cuda_indices(enc: Encoded) -> list[int]:
+    """Indices (into ``enc.specs``) of the non-empty CUDA tensors of ``enc``."""
+    return [i for i, s in enumerate(enc.specs) if s.nbytes and s.device.startswith("cuda")]
+
+
+def split_device(enc: Encoded, indices: Sequence[int], transport: str) -> Encoded:
+    """A copy of ``enc`` whose arrays at ``indices`` travel by the GPU transport ``transport``.
+
+    The other arrays are laid out again from the start of the packed area, so ``total`` counts only them.
+
+    Args:
+        enc: the encoded payload.
+        indices: spec indices of CUDA tensors (see ``cuda_indices``).
+        transport: ``"ipc"`` or ``"nccl"``.
+
+    Returns:
+        The new ``Encoded`` (same skeleton and sources).
+    """
+    if transport not in ("ipc", "nccl"):
+        raise ValueError(f"transport must be 'ipc' or 'nccl', got {transport!r}")
+    moved = set(indices)
+    out = Encoded(enc.meta, [], enc.sources, 0)
+    for i, spec in enumerate(enc.specs):
+        if i in moved:
+            if not spec.device.startswith("cuda"):
+                raise ValueError(f"spec {i} is on {spec.device!r}, not a CUDA device")
+            out.specs.append(replace(spec, offset=0, transport=transport))
+        else:
+            out.specs.append(replace(spec, offset=out.total))
+            out.total = _align(out.total + spec.nbytes)
+    return out
+
+
 def write_buffers(enc: Encoded, dst: np.ndarray) -> None:
-    """Copy every source array of ``enc`` into ``dst`` at its spec offset.
+    """Copy every host-transported source array of ``enc`` into ``dst`` at its spec offset.
 
     Args:
         enc: the encoded payload.
@@ -150,7 +190,7 @@ def write_buffers(enc: Encoded, dst: np.ndarray) -> None:
     """
     torch = sys.modules.get("torch")
     for spec, src in zip(enc.specs, enc.sources, strict=True):
-        if spec.nbytes == 0:
+        if spec.nbytes == 0 or spec.transport != "host":
             continue
         window = dst[spec.offset : spec.offset + spec.nbytes]
         if isinstance(src, np.ndarray):
@@ -177,7 +217,12 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _build(spec: BufferSpec, area: np.ndarray) -> Any:
+def _build(spec: BufferSpec, area: np.ndarray | None, device_buffer: Any = None) -> Any:
+    if device_buffer is not None:  # ``[nbytes]`` uint8 tensor already on its CUDA device
+        ten = device_buffer.view(_torch_dtype(spec.dtype)).reshape(spec.shape)
+        return _finish(spec, ten)
+    if area is None:
+        raise pickle.UnpicklingError("a payload array arrived without its buffer area")
     raw = area[spec.offset : spec.offset + spec.nbytes]
     if spec.kind == "numpy":
         return raw.view(np.dtype(spec.dtype)).reshape(spec.shape)
@@ -192,6 +237,11 @@ def _build(spec: BufferSpec, area: np.ndarray) -> Any:
         if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
             dev = torch.device("cuda")  # same kind of device; the index does not exist in this process
         ten = ten.to(dev)
+    return _finish(spec, ten)
+
+
+def _finish(spec: BufferSpec, ten: Any) -> Any:
+    torch = sys.modules["torch"]
     if spec.kind == "param":
         return torch.nn.Parameter(ten, requires_grad=spec.requires_grad)
     if spec.requires_grad:
@@ -200,30 +250,47 @@ def _build(spec: BufferSpec, area: np.ndarray) -> Any:
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, specs: list[BufferSpec], area: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        specs: list[BufferSpec],
+        area: np.ndarray | None,
+        device_buffers: Mapping[int, Any],
+    ) -> None:
         super().__init__(io.BytesIO(data))
         self._specs = specs
         self._area = area
+        self._device_buffers = device_buffers
 
     def persistent_load(self, pid: Any) -> Any:
         tag, index = pid
-        if tag != "rlinf-buf" or self._area is None:
+        if tag != "rlinf-buf":
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-        return _build(self._specs[index], self._area)
+        spec = self._specs[index]
+        if spec.transport != "host":
+            return _build(spec, None, self._device_buffers[index])
+        return _build(spec, self._area)
 
 
-def decode(meta: bytes, specs: list[BufferSpec], area: np.ndarray | None) -> Any:
+def decode(
+    meta: bytes,
+    specs: list[BufferSpec],
+    area: np.ndarray | None,
+    device_buffers: Mapping[int, Any] | None = None,
+) -> Any:
     """Rebuild a payload; arrays become views of ``area`` (a 1-D ``uint8`` array that must stay valid).
 
     Args:
         meta: the pickled skeleton from ``encode``.
         specs: its buffer specs.
-        area: the packed buffer area (``[total]`` uint8), or ``None`` if there are no buffers.
+        area: the packed buffer area (``[total]`` uint8), or ``None`` if there are no host buffers.
+        device_buffers: ``{spec index: [nbytes] uint8 CUDA tensor}`` for the specs whose ``transport`` is not
+            ``"host"``; the tensors are viewed, not copied.
 
     Returns:
         The payload object.
     """
-    return _Unpickler(meta, specs, area).load()
+    return _Unpickler(meta, specs, area, device_buffers or {}).load()
 
 
 # --------------------------------------------------------------------------------------------------------
