@@ -128,6 +128,8 @@ class EmbodiedRunner:
             trajectory per rollout epoch on the actor channel.
         run_config: the resolved configuration, stored with W&B / SwanLab runs and in checkpoints.
         on_step: called with ``(global_step, record)`` after each logged step (e.g. tests, benchmarks).
+        channel: the env → actor channel to use (default: a fresh ``Channel`` created on the first step and
+            shut down at the end of :meth:`run`).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class EmbodiedRunner:
         rollout_epoch: int = 1,
         run_config: Mapping[str, Any] | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
+        channel: Any = None,
     ) -> None:
         self.cfg = cfg
         self.actor = actor
@@ -152,7 +155,8 @@ class EmbodiedRunner:
         self.checkpoints = CheckpointManager(self.log_path, max_to_keep=cfg.max_checkpoints_to_keep)
         self.global_step = 0
         self.last_eval: dict[str, float] = {}
-        self._channel: Channel | None = None
+        self._channel: Any = channel
+        self._owns_channel = channel is None
         self._eval_time_s = 0.0
         self._last_eval_step = -1
 
@@ -161,15 +165,17 @@ class EmbodiedRunner:
         del what  # the scheduler's timeout error already names the call
         return call.wait(timeout=self.cfg.step_timeout_s)
 
-    def _channel_for_actor(self) -> Channel:
+    def _channel_for_actor(self) -> Any:
         if self._channel is None:
             self._channel = Channel.create(f"{self.env.name}-to-{self.actor.name}-{id(self):x}")
         return self._channel
 
     def _timings(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for group in (self.actor, self.rollout, self.env):
-            per_rank = self._wait(group.call("pop_timings"), "pop_timings")
+        groups = (self.actor, self.rollout, self.env)
+        calls = [group.call("pop_timings") for group in groups]  # all in flight at once
+        for group, call in zip(groups, calls, strict=True):
+            per_rank = self._wait(call, "pop_timings")
             names: dict[str, None] = {}
             for r in per_rank:
                 names.update(dict.fromkeys(r))
@@ -333,7 +339,7 @@ class EmbodiedRunner:
             if bar is not None:
                 bar.close()
             logger.close()
-            if self._channel is not None:
+            if self._owns_channel and self._channel is not None:
                 self._channel.shutdown()
                 self._channel = None
         return RunResult(

@@ -1,0 +1,121 @@
+"""EmbodiedRunner's loop logic against fake worker groups (no Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rlinf_core.checkpoint import is_complete
+from rlinf_core.metrics import read_metrics
+from rlinf_core.runners import EmbodiedRunner, LoggerConfig, RunnerConfig
+
+
+class _Done:
+    def __init__(self, results: list[Any]) -> None:
+        self.results = results
+
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        return self.results
+
+
+class FakeGroup:
+    """Records calls; answers like one-rank actor/rollout/env groups would."""
+
+    def __init__(self, name: str, log: list[str], evals: list[float]) -> None:
+        self.name = name
+        self.world_size = 1
+        self.log = log
+        self.evals = evals
+        self.version = 0
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
+        self.log.append(f"{self.name}.{method}")
+        if method == "pop_timings":
+            return _Done([{"work": 0.5}])
+        if method == "interact":
+            return _Done(
+                [{"returns": [10.0, 20.0], "lengths": [10, 20], "successes": [False, True], "env_steps": 64}]
+            )
+        if method == "evaluate":
+            ret = self.evals.pop(0)
+            return _Done([{"returns": [ret, ret], "lengths": [1, 1], "successes": [True, False]}])
+        if method == "run_training":
+            self.version += 1
+            return _Done([{"actor/total_loss": 1.0 / self.version}])
+        if method == "compute_advantages_and_returns":
+            return _Done([{"rollout/advantages": 0.0}])
+        if method == "save_checkpoint":
+            (Path(args[0]) / "actor.json").write_text(json.dumps({"version": self.version}))
+        if method == "load_checkpoint":
+            self.version = json.loads((Path(args[0]) / "actor.json").read_text())["version"]
+        return _Done([None])
+
+
+def _runner(tmp_path: Path, log: list[str], evals: list[float], **cfg: Any) -> EmbodiedRunner:
+    config = RunnerConfig(
+        progress_bar=False, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=()), **cfg
+    )
+    groups = {name: FakeGroup(name, log, evals) for name in ("actor", "rollout", "env")}
+    return EmbodiedRunner(config, channel=object(), **groups)
+
+
+def test_loop_order_eval_cadence_checkpoints_and_metrics(tmp_path: Path) -> None:
+    log: list[str] = []
+    result = _runner(
+        tmp_path, log, [1.0, 2.0, 3.0], max_epochs=4, val_check_interval=2, save_interval=3
+    ).run()
+    assert result.global_step == 4
+    step = log[: log.index("env.pop_timings") + 1]
+    assert step == [
+        "actor.sync_model_to_rollout",
+        "rollout.sync_model_from_actor",
+        "rollout.generate",
+        "env.evaluate",
+        "actor.recv_rollout_batch",
+        "rollout.generate",
+        "env.interact",
+        "actor.compute_advantages_and_returns",
+        "actor.run_training",
+        "actor.pop_timings",
+        "rollout.pop_timings",
+        "env.pop_timings",
+    ]
+    records = read_metrics(result.metrics_file)
+    assert [(r["step"], r["eval/return_mean"]) for r in records if "eval/return_mean" in r] == [
+        (0, 1.0),
+        (2, 2.0),
+        (4, 3.0),  # the final evaluation after the last step
+    ]
+    train = [r for r in records if "train/actor/total_loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert train[0]["env/return_mean"] == 15.0 and train[0]["env/success_rate"] == 0.5
+    assert train[0]["env/steps"] == 64 and train[0]["time/actor/work"] == 0.5
+    assert train[0]["rollout/advantages"] == 0.0
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert ckpts == ["global_step_3", "global_step_4"]  # every 3 steps and after the last
+    assert all(is_complete(tmp_path / "checkpoints" / c) for c in ckpts)
+
+
+def test_stop_eval_return_ends_early_and_saves(tmp_path: Path) -> None:
+    log: list[str] = []
+    result = _runner(
+        tmp_path, log, [1.0, 5.0, 9.0], max_epochs=10, val_check_interval=1, stop_eval_return=5.0
+    ).run()
+    assert result.global_step == 1 and result.last_eval["eval/return_mean"] == 5.0
+    assert result.last_checkpoint is not None and result.last_checkpoint.name == "global_step_1"
+
+
+def test_resume_restores_step_and_actor(tmp_path: Path) -> None:
+    _runner(tmp_path, [], [], max_epochs=2, val_check_interval=-1, save_interval=1).run()
+    log: list[str] = []
+    runner = _runner(
+        tmp_path, log, [], max_epochs=3, val_check_interval=-1, save_interval=1, resume_dir="auto"
+    )
+    result = runner.run()
+    assert result.global_step == 3
+    assert log[0] == "actor.load_checkpoint" and log.count("actor.run_training") == 1
+    assert runner.actor.version == 3  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="does not exist"):
+        _runner(tmp_path, [], [], resume_dir=str(tmp_path / "nope")).run()
