@@ -2,7 +2,7 @@
 
 Most tests run on CPU: they check the logic around the CUDA calls (which path a payload takes, the split of a
 payload into host bytes and device buffers, the announce-then-reuse protocol of the directed pair groups,
-with a gloo group standing in for NCCL). The ``gpu`` tests need CUDA (and 2 GPUs for the cross-node one).
+with a gloo group standing in for NCCL). The ``gpu`` tests need CUDA (the cross-node NCCL one is in ``test_sched_comm_cuda_multinode.py``).
 """
 
 from __future__ import annotations
@@ -228,15 +228,6 @@ class GpuPeer(Worker):
             float(got["c"].sum()),
         )
 
-    def crossed(self, group: str, rank: int, n: int) -> list[float]:
-        works = [
-            self.isend(torch.full((BIG,), float(self.rank * 10 + i), device="cuda"), group, rank)
-            for i in range(n)
-        ]
-        for w in works:
-            w.wait(timeout=120)
-        return [float(self.recv(group, rank, timeout=120)[0].cpu()) for _ in range(n)]
-
     def stats(self) -> dict[str, int]:
         return dict(self._comm().stats)
 
@@ -282,41 +273,3 @@ def test_other_gpu_same_node_is_staged_through_host(
     assert recv.wait(timeout=120) == [("cuda", "cpu", 7, expected, float(BIG))]
     after = a.execute_on(0).stats().wait(timeout=30)[0]
     assert after["ipc"] == before["ipc"] and after["shm"] > before["shm"]
-
-
-@pytest.fixture(scope="module")
-def two_nodes_gpus() -> Iterator[tuple[WorkerGroup, WorkerGroup]]:
-    from ray.cluster_utils import Cluster as RayTestCluster
-
-    ray_cluster = RayTestCluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 2})
-    try:
-        ray_cluster.add_node(num_cpus=1, num_gpus=2)
-        ray_cluster.wait_for_nodes()
-        ray.init(address=ray_cluster.address, log_to_driver=False)
-        try:
-            with Cluster(num_nodes=2) as cluster:
-                # Both simulated nodes are this machine: put the two workers on different physical GPUs.
-                a = GpuPeer.create_group().launch(cluster, PackedPlacementStrategy(0, 0), name="xa")
-                b = GpuPeer.create_group().launch(cluster, PackedPlacementStrategy(3, 3), name="xb")
-                yield a, b
-        finally:
-            ray.shutdown()
-    finally:
-        ray_cluster.shutdown()
-
-
-@pytest.mark.gpu
-@pytest.mark.ray
-@pytest.mark.multinode
-@pytest.mark.skipif(GPUS < 2, reason="needs 2 CUDA devices")
-def test_cross_node_cuda_tensors_use_nccl(two_nodes_gpus: tuple[WorkerGroup, WorkerGroup]) -> None:
-    a, b = two_nodes_gpus
-    recv = b.execute_on(0).recv_mixed("xa", 0)
-    (expected,) = a.execute_on(0).send_mixed("xb", 0).wait(timeout=180)
-    assert recv.wait(timeout=180) == [("cuda", "cpu", 7, expected, float(BIG))]
-    stats = a.execute_on(0).stats().wait(timeout=30)[0]
-    assert stats["nccl"] >= 1 and stats["gloo"] >= 1  # the CPU tensor still crosses over gloo
-    left = a.execute_on(0).crossed("xb", 0, 3)
-    right = b.execute_on(0).crossed("xa", 0, 3)
-    assert left.wait(timeout=180) == [[0.0, 1.0, 2.0]]
-    assert right.wait(timeout=180) == [[0.0, 1.0, 2.0]]
