@@ -227,6 +227,17 @@ def run_embodied(
     The cluster is shut down at the end when this function created it.
     """
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    if (
+        "maniskill" in (cfg.env.train.env_type, cfg.env.eval.env_type)
+        and "VK_ICD_FILENAMES" not in os.environ
+    ):
+        # ManiSkill needs a Vulkan driver; use the one scripts/install_vulkan_cpu.sh unpacked, if any (the env
+        # workers inherit the driver's environment, so this must happen before the cluster starts).
+        from rlinf_envs.maniskill import find_installed_icd
+
+        icd = find_installed_icd()
+        if icd is not None:
+            os.environ["VK_ICD_FILENAMES"] = str(icd)
     own = cluster is None
     cluster = cluster or Cluster(cfg.cluster)
     groups: dict[str, Any] = {}
