@@ -55,3 +55,70 @@ def test_killed_worker_ends_the_run(app: ModuleType, tmp_path: Path, target: str
     assert sorted(p.name for p in root.iterdir()) == sorted(
         p.name for p in root.iterdir() if p.name.startswith("global_step_")
     )
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc walk; Ray's raylet and workers descend from the driver)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_train_script_exits_non_zero_when_an_env_process_is_killed(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        str(APP_DIR / "train.py"),
+        *[o for o in SMALL if not o.startswith("runner.max_epochs")],
+        "runner.max_epochs=200",
+        "runner.val_check_interval=-1",
+        f"runner.logger.log_path={tmp_path}",
+        "cluster.ray_address=local",
+    ]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while find_latest_checkpoint(tmp_path) is None:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.2)
+        victims = [p for p in _descendants(proc.pid) if "EnvWorker" in _cmdline(p)]
+        assert victims, "no EnvWorker process found below the driver"
+        os.kill(victims[0], signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode not in (0, None), stderr[-3000:]
+    assert elapsed < 10.0, f"train.py took {elapsed:.1f} s to exit after the env process was killed"
+    assert "env:0" in stderr, stderr[-3000:]
+    latest = find_latest_checkpoint(tmp_path)
+    assert latest is not None and is_complete(latest) and (latest / "actor" / "model.pt").is_file()
