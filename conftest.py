@@ -5,3 +5,11 @@ import os
 # Ray 2.60 re-wraps every worker in its own `uv run` when the driver runs under uv; the synced venv already
 # has everything. The variable is read when ray is imported, so it must be set before any test imports it.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+# Property tests draw the same examples on every run (CI must not flake on a newly found corner); run with
+# `--hypothesis-profile=explore` to search afresh.
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile("ci")

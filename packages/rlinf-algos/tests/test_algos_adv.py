@@ -180,7 +180,8 @@ def test_grpo_advantages_have_zero_mean_per_group(
     adv = grpo(rewards, np.ones((length, groups * group_size), bool), group_size=group_size)
     per_group = adv[0].reshape(groups, group_size)
     np.testing.assert_allclose(per_group.mean(axis=1), 0.0, atol=1e-9)
-    np.testing.assert_allclose(per_group.std(axis=1, ddof=1), 1.0, rtol=1e-4)
+    raw_std = rewards.std(axis=1, ddof=1)  # the +1e-6 in the denominator shrinks the std to s / (s + 1e-6)
+    np.testing.assert_allclose(per_group.std(axis=1, ddof=1), raw_std / (raw_std + 1e-6), rtol=1e-7)
     np.testing.assert_allclose(adv, np.broadcast_to(adv[0], adv.shape))  # same value at every valid step
 
 
