@@ -55,6 +55,21 @@ class AlgorithmConfig:
     """Optimizer steps during which only the critic learns (policy loss zeroed)."""
     bootstrap_type: Literal["standard", "always"] = "standard"
     """Add γ·V(final obs) to the last reward of a chunk that ended by truncation (standard) or by any done (always)."""
+    use_reinpp_baseline: bool = False
+    """Reinforce++: subtract each group's mean reward first (Reinforce++-baseline; needs ``group_size``)."""
+    reinpp_kl_beta: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    """Reinforce++: per-token KL-to-reference penalty folded into the reward (estimator ``kl_penalty``)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling (reasoning): drop groups whose rewards are all equal and keep generating until
+    ``data.rollout_batch_size`` groups remain or ``max_num_gen_batches`` batches were generated."""
+    max_num_gen_batches: int = attrs.field(default=1, validator=v.ge(1))
+    """Generation batches per training step at most under ``dynamic_sampling``."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering (reasoning): responses cut at the length limit get no loss."""
+    overlong_buffer_len: int = attrs.field(default=0, validator=v.ge(0))
+    """DAPO soft overlong punishment: length window ``L_cache`` before the limit (``0``: off)."""
+    overlong_penalty_factor: float = attrs.field(default=1.0, validator=v.ge(0.0))
+    """Scale of the soft overlong punishment (in ``[-factor, 0]``) added to the reward."""
 
     def __attrs_post_init__(self) -> None:
         if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
