@@ -1,0 +1,77 @@
+"""Multi-turn tool-using agents: tools, tool-call parsing, chat formatting and the agent loop.
+
+The loop (:class:`AgentLoop`) drives any generation engine turn by turn for a batch of episodes; model tokens
+are trained (``loss_mask`` 1, rollout log-probs kept), tool outputs are not (``loss_mask`` 0).
+:class:`AgentRolloutWorker` runs it inside a rollout worker group (imported on first use: it needs torch,
+transformers and Ray).
+"""
+
+from typing import Any
+
+from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, ChatTokenizer, build_system_prompt
+from ._config import TOOL_NAMES, ToolsConfig, build_toolbox
+from ._loop import FINISH_REASONS, AgentEpisode, AgentLoop, AgentLoopConfig, AgentTurn, SupportsGenerate
+from ._parse import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    ParsedTurn,
+    extract_answer,
+    format_tool_call,
+    parse_turn,
+)
+from ._tools import (
+    CalculatorTool,
+    LocalSearchTool,
+    Passage,
+    Tool,
+    Toolbox,
+    ToolCall,
+    ToolError,
+    load_passages,
+    safe_eval_arithmetic,
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AgentRolloutWorker":
+        from . import _worker
+
+        return getattr(_worker, name)
+    raise AttributeError(f"module 'rlinf_rollout.agent' has no attribute {name!r}")
+
+
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "DEFAULT_AGENT_INSTRUCTIONS",
+    "FINISH_REASONS",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "TOOL_NAMES",
+    "AgentEpisode",
+    "AgentLoop",
+    "AgentLoopConfig",
+    "AgentRolloutWorker",
+    "AgentTurn",
+    "CalculatorTool",
+    "ChatFormatter",
+    "ChatTokenizer",
+    "LocalSearchTool",
+    "ParsedTurn",
+    "Passage",
+    "SupportsGenerate",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "Toolbox",
+    "ToolsConfig",
+    "build_system_prompt",
+    "build_toolbox",
+    "extract_answer",
+    "format_tool_call",
+    "load_passages",
+    "parse_turn",
+    "safe_eval_arithmetic",
+]
