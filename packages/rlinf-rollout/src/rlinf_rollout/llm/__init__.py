@@ -1,0 +1,41 @@
+"""rlinf_rollout.llm: text-generation engines for causal LMs and the ``LLMRolloutWorker``.
+
+Configs, the result type and the engine protocol import without torch or transformers; the engines and the
+worker load on first use (``HFGenerateEngine`` needs ``rlinf-rollout[hf]``, ``VLLMEngine``
+``rlinf-rollout[vllm]``).
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from ._config import ENGINES, LLMRolloutConfig
+from ._factory import build_engine
+from ._types import FinishReason, GenerationEngine, GenerationOutput, SamplingConfig
+
+if TYPE_CHECKING:
+    from ._hf import HFGenerateEngine
+    from ._worker import LLMRolloutWorker, shard_bounds
+
+__all__ = [
+    "ENGINES",
+    "FinishReason",
+    "GenerationEngine",
+    "GenerationOutput",
+    "HFGenerateEngine",
+    "LLMRolloutConfig",
+    "LLMRolloutWorker",
+    "SamplingConfig",
+    "build_engine",
+    "shard_bounds",
+]
+
+_LAZY = {"HFGenerateEngine": "._hf", "LLMRolloutWorker": "._worker", "shard_bounds": "._worker"}
+
+
+def __getattr__(name: str) -> Any:
+    # transformers (engines) and Ray (worker) load on first use: importing the configs stays light.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlinf_rollout.llm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)

@@ -1,0 +1,119 @@
+"""``LLMRolloutWorker``: a generation engine in a worker group, with weights synced from the actor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from rlinf_scheduler import Worker
+
+from ._config import LLMRolloutConfig
+from ._factory import build_engine
+
+if TYPE_CHECKING:
+    from rlinf_models.llm import LLMModelConfig
+
+__all__ = ["LLMRolloutWorker", "shard_bounds"]
+
+
+def shard_bounds(num_items: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous share of ``num_items`` (sizes differ by at most one).
+
+    Concatenating the shares of ranks ``0 .. world_size - 1`` gives back ``range(num_items)``.
+    """
+    base, extra = divmod(num_items, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+class LLMRolloutWorker(Worker):
+    """Generates continuations of token-id prompts with the engine of ``cfg.engine``.
+
+    Weights: the engine starts from ``model_cfg`` (the same checkpoint the actor loads); afterwards actor rank 0
+    broadcasts ``{"version": int, "state_dict": full CPU state dict}`` to every rollout rank (groups
+    ``[(actor, 0), (rollout, all ranks)]``), received by :meth:`sync_model_from_actor` and loaded into the
+    running engine (the embodied ``RolloutWorker`` protocol).
+
+    Data parallelism: a group call sends the same arguments to every rank, so :meth:`generate` takes this
+    rank's contiguous share of ``prompts`` (:func:`shard_bounds`); concatenating the lists returned by the ranks
+    in rank order gives one output per prompt, in prompt order. Pass ``shard=False`` when calling one rank
+    with its own prompts (``group.execute_on(r).generate(...)``).
+
+    Args:
+        cfg: The ``rollout`` config.
+        model_cfg: The model (the actor's ``actor.model``).
+    """
+
+    def __init__(self, cfg: LLMRolloutConfig, model_cfg: LLMModelConfig) -> None:
+        torch.set_num_threads(cfg.torch_num_threads)
+        torch.manual_seed(cfg.seed + self.rank)
+        self.cfg = cfg
+        self.model_cfg = model_cfg
+        self.engine = build_engine(cfg, model_cfg)
+        self.version = -1
+        self._offloaded = False
+        if cfg.enable_offload:
+            self.offload()
+
+    # --------------------------------------------------------------------------------------- public API
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Mapping[str, Any] | None = None,
+        *,
+        shard: bool = True,
+    ) -> list[dict[str, Any]]:
+        """Generate a continuation of each prompt (this rank's share of them when ``shard``).
+
+        Args:
+            prompts: Token ids of every prompt.
+            sampling: Overrides of ``cfg.sampling`` fields (``temperature``, ``top_p``, ``top_k``,
+                ``max_new_tokens``, ``stop``, ``include_stop_str_in_output``, ``seed``).
+            shard: Take only this rank's contiguous share of ``prompts`` (see the class docstring).
+
+        Returns:
+            One dict per generated prompt with the :class:`GenerationOutput` fields: ``prompt_token_ids``,
+            ``token_ids``, ``logprobs`` (under ``logits / temperature``), ``text``, ``finish_reason``.
+        """
+        params = self.cfg.sampling.updated(sampling)
+        if shard:
+            start, stop = shard_bounds(len(prompts), self.rank, self.world_size)
+            prompts = prompts[start:stop]
+        reload = self._offloaded and self.cfg.enable_offload
+        if reload:
+            self.onload()
+        try:
+            with self.timer("generate"):
+                outputs = self.engine.generate(prompts, params)
+        finally:
+            if reload:
+                self.offload()
+        return [o.to_dict() for o in outputs]
+
+    def sync_model_from_actor(self, actor_group: str) -> int:
+        """Receive ``{"version", "state_dict"}`` broadcast by actor rank 0, load it; returns the version."""
+        with self.timer("sync_weights"):
+            groups = [(actor_group, 0), (self.group_name, range(self.world_size))]
+            msg = self.broadcast(None, groups, src=(actor_group, 0), timeout=self.cfg.recv_timeout_s)
+            self.engine.update_weights(msg["state_dict"])
+            self.version = int(msg["version"])
+        return self.version
+
+    def get_model_version(self) -> int:
+        """Version of the weights in use (-1: the checkpoint's, before the first sync)."""
+        return self.version
+
+    def offload(self) -> None:
+        """Move the engine's weights off the accelerator (collocated runs, while the actor trains)."""
+        self.engine.offload()
+        self._offloaded = True
+
+    def onload(self) -> None:
+        """Bring the engine's weights back to the accelerator."""
+        self.engine.onload()
+        self._offloaded = False
+
+    def shutdown_engine(self) -> None:
+        """Release the engine (the worker cannot generate afterwards)."""
+        self.engine.shutdown()
