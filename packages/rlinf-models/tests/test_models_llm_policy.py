@@ -1,0 +1,148 @@
+"""CausalLMPolicy: log-probs/entropy/values against a naive full-logits computation and against generate()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from rlinf_models.llm import CausalLMPolicy, LLMModelConfig, load_causal_lm, load_tokenizer
+from rlinf_models.llm.testing import make_tiny_model_dir
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "qwen2", arch="qwen2", seed=1)
+
+
+def _naive(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full-vocabulary reference: one loop over rows and positions."""
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float() / temperature
+    lp = torch.zeros(ids.shape)
+    ent = torch.zeros(ids.shape)
+    for b in range(ids.shape[0]):
+        for t in range(1, ids.shape[1]):
+            dist = torch.log_softmax(logits[b, t - 1], dim=-1)
+            lp[b, t] = dist[ids[b, t]]
+            ent[b, t] = -(dist.exp() * dist).sum()
+    return lp, ent
+
+
+def _batch(vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (3, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding
+    mask[1, -2:] = 0  # right padding
+    ids[mask == 0] = 2
+    return ids, mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_and_entropy_match_naive_reference(model_dir: Path, temperature: float) -> None:
+    model = load_causal_lm(LLMModelConfig(model_path=str(model_dir)))
+    policy = CausalLMPolicy(model, logprob_chunk_size=5)  # several chunks, one partial
+    ids, mask = _batch(model.config.vocab_size)
+    with torch.no_grad():
+        out = policy(ids, mask, temperature=temperature, compute_entropy=True)
+        ref_lp, ref_ent = _naive(model, ids, mask, temperature)
+    assert out["logprobs"].shape == ids.shape and out["logprobs"].dtype == torch.float32
+    assert "values" not in out
+    valid = mask.bool() & torch.roll(mask.bool(), 1, dims=1)
+    valid[:, 0] = False
+    torch.testing.assert_close(out["logprobs"][valid], ref_lp[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["entropy"][valid], ref_ent[valid], rtol=1e-5, atol=1e-5)
+    assert torch.all(out["logprobs"][:, 0] == 0)
+
+
+def test_gradients_of_chunked_checkpointed_path_match_unchunked(model_dir: Path) -> None:
+    ids, mask = _batch(512, seed=1)
+    grads = []
+    for chunk in (4, 10_000):
+        torch.manual_seed(0)
+        policy = CausalLMPolicy(
+            load_causal_lm(LLMModelConfig(model_path=str(model_dir))),
+            add_value_head=True,
+            logprob_chunk_size=chunk,
+        )
+        out = policy(ids, mask, temperature=0.9, compute_entropy=True)
+        loss = (out["logprobs"] * mask).sum() + 0.1 * out["entropy"].sum() + out["values"].pow(2).sum()
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 5
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_left_padding_does_not_change_scores(model_dir: Path) -> None:
+    policy = CausalLMPolicy(load_causal_lm(LLMModelConfig(model_path=str(model_dir))), add_value_head=True)
+    g = torch.Generator().manual_seed(5)
+    seq = torch.randint(3, 512, (1, 7), generator=g)
+    padded = torch.cat([torch.full((1, 4), 2), seq], dim=1)
+    pmask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 7, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        a = policy(seq, torch.ones_like(seq), compute_entropy=True)
+        b = policy(padded, pmask, compute_entropy=True)
+    for key in ("logprobs", "entropy", "values"):
+        torch.testing.assert_close(b[key][:, 5:], a[key][:, 1:], rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_logprobs_match_generate_scores_for_sampled_tokens(tmp_path: Path, arch: str) -> None:
+    path = make_tiny_model_dir(tmp_path / arch, arch=arch, seed=2)
+    cfg = LLMModelConfig(model_path=str(path))
+    tok, model = load_tokenizer(cfg), load_causal_lm(cfg)
+    tok.padding_side = "left"
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True, tokenize=False)
+        for c in ("What is 3 + 4?", "Solve 12 * 7 and put the answer in \\boxed{}.")
+    ]
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    temperature = 0.8
+    torch.manual_seed(0)
+    gen = model.generate(
+        **enc,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=12,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    seqs = gen.sequences
+    p = enc.input_ids.shape[1]
+    mask = torch.cat(
+        [enc.attention_mask, torch.ones(seqs.shape[0], seqs.shape[1] - p, dtype=torch.long)], dim=1
+    )
+    expected = torch.stack(
+        [
+            torch.log_softmax(s.float(), -1).gather(-1, seqs[:, p + i, None]).squeeze(-1)
+            for i, s in enumerate(gen.scores)
+        ],
+        dim=1,
+    )
+    with torch.no_grad():
+        got = CausalLMPolicy(model)(seqs, mask, temperature=temperature)["logprobs"][:, p:]
+    # Compare up to and including each row's first eos (generate pads the rest).
+    is_eos = seqs[:, p:] == tok.eos_token_id
+    valid = (is_eos.long().cumsum(1) - is_eos.long()) == 0
+    assert valid.sum() >= 6
+    torch.testing.assert_close(got[valid], expected[valid], rtol=1e-4, atol=1e-4)
+
+
+def test_rejects_bad_inputs(model_dir: Path) -> None:
+    policy = CausalLMPolicy(load_causal_lm(LLMModelConfig(model_path=str(model_dir))))
+    ids = torch.ones(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        policy(ids, torch.ones_like(ids), temperature=0.0)
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        policy(ids, torch.ones(2, 5, dtype=torch.long))
