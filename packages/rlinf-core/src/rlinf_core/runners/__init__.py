@@ -1,12 +1,15 @@
 """Runners: the training loops that drive worker groups (embodied now; reasoning and agent later)."""
 
+from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
 from ._config import LoggerConfig, RunnerConfig
 from ._embodied import EmbodiedRunner, GroupLike, RunResult
 from ._pipeline import peer_slices
-from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig, ShardedGroupLike
+from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig
 
 __all__ = [
+    "AGENT_ADV_TYPES",
     "REASONING_ADV_TYPES",
+    "AgentRunner",
     "EmbodiedRunner",
     "GroupLike",
     "LoggerConfig",
@@ -14,6 +17,7 @@ __all__ = [
     "RunResult",
     "RunnerConfig",
     "SFTConfig",
-    "ShardedGroupLike",
+    "TurnRewardConfig",
     "peer_slices",
+    "turn_advantages",
 ]

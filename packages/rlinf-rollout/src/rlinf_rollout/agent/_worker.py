@@ -25,8 +25,8 @@ __all__ = ["AgentRolloutWorker"]
 class AgentRolloutWorker(LLMRolloutWorker):
     """An :class:`~rlinf_rollout.llm.LLMRolloutWorker` that also runs the multi-turn agent loop.
 
-    A request is a mapping with ``"messages"`` (a chat) or ``"question"`` (one user message); a system
-    message listing the tools is put first when the chat has none. Every other key is passed through to the
+    A request is a mapping with ``"prompt_ids"`` (an encoded first prompt), ``"messages"`` (a chat) or
+    ``"question"`` (one user message); a system message listing the tools is put first when a chat has none. Every other key is passed through to the
     episode's ``meta`` (e.g. ``"answer"``). Like :meth:`generate`, :meth:`run_episodes` takes this rank's
     contiguous share of the requests (``shard=True``), so concatenating the ranks' results in rank order gives
     one episode per request, in request order.
@@ -59,13 +59,20 @@ class AgentRolloutWorker(LLMRolloutWorker):
         self.loop = AgentLoop(self.engine, self.formatter, self.toolbox, agent)
         self.system_prompt = build_system_prompt(self.toolbox, instructions or DEFAULT_AGENT_INSTRUCTIONS)
 
+    def _prompt_ids(self, request: Mapping[str, Any]) -> list[int]:
+        if "prompt_ids" in request:
+            return [int(t) for t in request["prompt_ids"]]
+        return self.loop.prompt_ids(self._messages(request))
+
     def _messages(self, request: Mapping[str, Any]) -> list[dict[str, str]]:
         if "messages" in request:
             messages = [dict(m) for m in request["messages"]]
         elif "question" in request:
             messages = [{"role": "user", "content": str(request["question"])}]
         else:
-            raise ValueError(f"an agent request needs 'messages' or 'question'; got keys {sorted(request)}")
+            raise ValueError(
+                f"an agent request needs 'prompt_ids', 'messages' or 'question'; got keys {sorted(request)}"
+            )
         if not any(m.get("role") == "system" for m in messages):
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         return messages
@@ -86,7 +93,7 @@ class AgentRolloutWorker(LLMRolloutWorker):
         """Run one episode per request (this rank's share when ``shard``).
 
         Args:
-            requests: ``{"messages" | "question", **meta}`` per episode.
+            requests: ``{"prompt_ids" | "messages" | "question", **meta}`` per episode.
             sampling: overrides of ``cfg.sampling`` (``max_new_tokens`` and ``stop`` are set per turn).
             shard: take only this rank's share of ``requests``.
 
@@ -97,8 +104,10 @@ class AgentRolloutWorker(LLMRolloutWorker):
         """
         mine = self._share(requests, shard)
         params = self.cfg.sampling.updated(sampling)
-        prompts = [self.loop.prompt_ids(self._messages(r)) for r in mine]
-        metas = [{k: v for k, v in r.items() if k not in ("messages", "question")} for r in mine]
+        prompts = [self._prompt_ids(r) for r in mine]
+        metas = [
+            {k: v for k, v in r.items() if k not in ("prompt_ids", "messages", "question")} for r in mine
+        ]
         reload = self._offloaded and self.cfg.enable_offload
         if reload:
             self.onload()
@@ -133,7 +142,7 @@ class AgentRolloutWorker(LLMRolloutWorker):
             turns = list(request.get("demo", ()))
             if not turns:
                 raise ValueError(f"demonstration {n} has no 'demo' turns")
-            prompt = self.loop.prompt_ids(self._messages(request))
+            prompt = self._prompt_ids(request)
             ids, mask = list(prompt), [0] * len(prompt)
             for k, text in enumerate(turns):
                 turn_ids = self.formatter.encode(str(text))
