@@ -25,35 +25,24 @@ class _Done:
         return self.results
 
 
-class _Rank:
-    def __init__(self, group: FakeGroup, rank: int) -> None:
-        self.group, self.rank = group, rank
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
-        return self.group.dispatch(method, self.rank, args)
+def _share(items: list[Any], rank: int, world_size: int) -> list[Any]:
+    base, extra = divmod(len(items), world_size)
+    start = rank * base + min(rank, extra)
+    return items[start : start + base + (1 if rank < extra else 0)]
 
 
 class FakeGroup:
-    """Records ``(group.method, rank)`` calls; ``handlers[method](rank, *args)`` answers for one rank."""
+    """Records ``group.method`` calls; ``handlers[method](rank, *args)`` answers for each rank."""
 
     def __init__(
         self, name: str, log: list[str], handlers: dict[str, Callable[..., Any]], world_size: int = 1
     ):
         self.name, self.log, self.handlers, self.world_size = name, log, handlers, world_size
 
-    def dispatch(self, method: str, rank: int, args: tuple[Any, ...]) -> _Done:
-        self.log.append(f"{self.name}.{method}")
-        handler = self.handlers.get(method)
-        return _Done([handler(rank, *args) if handler else None])
-
     def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
         self.log.append(f"{self.name}.{method}")
         handler = self.handlers.get(method)
         return _Done([handler(r, *args) if handler else None for r in range(self.world_size)])
-
-    def execute_on(self, *ranks: int) -> _Rank:
-        assert len(ranks) == 1
-        return _Rank(self, ranks[0])
 
 
 class FakeEncoder:
@@ -138,6 +127,7 @@ class World:
     def _generate(
         self, rank: int, prompts: list[list[int]], sampling: dict[str, Any]
     ) -> list[dict[str, Any]]:
+        prompts = _share(prompts, rank, self.rollout.world_size)
         self.gen_calls.append((rank, len(prompts), sampling))
         out = []
         for p in prompts:
@@ -158,6 +148,7 @@ class World:
         return out
 
     def _reward(self, rank: int, texts: list[str], refs: list[list[str]]) -> dict[str, Any]:
+        texts, refs = _share(texts, rank, self.reward.world_size), _share(refs, rank, self.reward.world_size)
         ok = [t.endswith(f"{{{r[0]}}}") for t, r in zip(texts, refs, strict=True)]
         return {"rewards": [1.0 if c else 0.0 for c in ok], "correct": ok}
 

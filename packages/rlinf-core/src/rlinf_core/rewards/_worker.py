@@ -86,25 +86,40 @@ class RewardWorker(Worker):
         self.cfg = cfg
         self.reward = build_reward(cfg)
 
+    def _share(self, n: int) -> tuple[int, int]:
+        """``[start, stop)`` of this rank's contiguous share of ``n`` items (all of them outside a group)."""
+        if self._rlinf_context is None:
+            return 0, n
+        base, extra = divmod(n, self.world_size)
+        start = self.rank * base + min(self.rank, extra)
+        return start, start + base + (1 if self.rank < extra else 0)
+
     @timed(name="reward")
     def compute(
-        self, responses: Sequence[str], references: Sequence[Sequence[str]]
+        self, responses: Sequence[str], references: Sequence[Sequence[str]], *, shard: bool = True
     ) -> dict[str, list[float] | list[bool]]:
-        """Score ``responses`` (decoded text) against their accepted answers.
+        """Score this rank's contiguous share of ``responses`` against their accepted answers.
+
+        A group call sends the same lists to every rank; concatenating the ranks' results in rank order gives
+        one score per response. Pass ``shard=False`` to score everything on one rank.
 
         Args:
             responses: ``[B]`` decoded responses.
             references: ``[B]`` accepted answers of each response's prompt.
+            shard: score only this rank's share.
 
         Returns:
-            ``{"rewards": [B] floats, "correct": [B] bools}``.
+            ``{"rewards": floats, "correct": bools}`` of the share.
 
         Raises:
             ValueError: if the lengths differ.
         """
         if len(responses) != len(references):
             raise ValueError(f"{len(responses)} responses but {len(references)} reference lists")
-        if not responses:
+        start, stop = self._share(len(responses)) if shard else (0, len(responses))
+        texts = list(responses[start:stop])
+        if not texts:
             return {"rewards": [], "correct": []}
-        rewards = [float(r) for r in self.reward.get_reward(list(responses), [list(r) for r in references])]
+        refs = [list(r) for r in references[start:stop]]
+        rewards = [float(r) for r in self.reward.get_reward(texts, refs)]
         return {"rewards": rewards, "correct": [self.cfg.is_correct(r) for r in rewards]}

@@ -11,10 +11,11 @@ method name only (it imports no model, tokenizer or generation code):
   ``offload()``/``onload()``;
 - ``reward``: ``compute(responses: list[str], references: list[list[str]]) -> {"rewards", "correct"}``.
 
-Prompts are tokenized on the driver by a :class:`~rlinf_core.data.PromptEncoder`. Generation and scoring are
-split into contiguous shards over the ranks of the rollout and reward groups. The actor receives the WHOLE
-batch on every rank (each rank trains on its contiguous share; see the actor's docstring); batches are dicts
-of numpy arrays, turned into the actor's tensor type by ``to_batch`` (the app passes ``torch.from_numpy``).
+Prompts are tokenized on the driver by a :class:`~rlinf_core.data.PromptEncoder`. Every group call sends the
+same full list or batch to all ranks; each rank works on its contiguous share (``rollout.generate`` and
+``reward.compute`` return their share's results, concatenated here in rank order; the actor trains on its share
+of the batch). Batches are dicts of numpy arrays, turned into the actor's tensor type by ``to_batch`` (the app
+passes ``torch.from_numpy``).
 
 Batch layout (``N`` sequences, ``T = P + R`` tokens): prompts LEFT-padded so each ends at column ``P``,
 responses RIGHT-padded: ``input_ids [N, T]``, ``attention_mask [N, T]``, ``loss_mask [N, T]`` (trained
@@ -30,7 +31,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import numpy as np
@@ -60,7 +61,7 @@ from ..metrics import MetricLogger
 from ._config import RunnerConfig
 from ._embodied import GroupLike, RunResult, _CallLike
 
-__all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig", "ShardedGroupLike"]
+__all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig"]
 
 REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 """Advantage estimators the reasoning runner supports (``algorithm.adv_type``)."""
@@ -68,16 +69,6 @@ REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 RUNNER_STATE_FILE = "runner_state.pkl"
 
 Batch = dict[str, npt.NDArray[Any]]
-
-
-class _RankCaller(Protocol):
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _CallLike: ...
-
-
-class ShardedGroupLike(GroupLike, Protocol):
-    """A group whose ranks can be called one at a time (``rlinf_scheduler.WorkerGroup`` fits)."""
-
-    def execute_on(self, *ranks: int) -> _RankCaller: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -90,17 +81,6 @@ class SFTConfig:
     """Demonstrations per ``run_sft`` call."""
     eval_before: bool = False
     """Also evaluate the model before the warm-up (logged as ``eval_pre_sft/*``)."""
-
-
-def _shards(n: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous ``[start, stop)`` ranges splitting ``n`` items over ``parts`` ranks (earlier ranks +1)."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for r in range(parts):
-        stop = start + base + (1 if r < extra else 0)
-        out.append((start, stop))
-        start = stop
-    return out
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -173,9 +153,9 @@ class ReasoningRunner:
         self,
         cfg: RunnerConfig,
         *,
-        actor: ShardedGroupLike,
-        rollout: ShardedGroupLike,
-        reward: ShardedGroupLike,
+        actor: GroupLike,
+        rollout: GroupLike,
+        reward: GroupLike,
         algorithm: AlgorithmConfig,
         data: DataConfig,
         encoder: PromptEncoder,
@@ -250,36 +230,22 @@ class ReasoningRunner:
     def _wait(self, call: _CallLike) -> list[Any]:
         return call.wait(timeout=self.cfg.step_timeout_s)
 
-    def _sharded(self, group: ShardedGroupLike, method: str, items: Sequence[Any], *rest: Any) -> list[Any]:
-        """Call ``method(shard, *rest)`` on each rank with a contiguous shard of ``items``; concatenate."""
-        if group.world_size == 1:
-            return list(self._wait(group.call(method, list(items), *rest))[0])
-        calls = [
-            group.execute_on(r).call(method, list(items[a:b]), *rest)
-            for r, (a, b) in enumerate(_shards(len(items), group.world_size))
-        ]
+    def _gather(self, group: GroupLike, method: str, *args: Any) -> list[Any]:
+        """Call ``method(*args)`` on every rank (each takes its share); concatenate the lists in rank order."""
         out: list[Any] = []
-        for call in calls:
-            out += list(self._wait(call)[0])
+        for part in self._wait(group.call(method, *args)):
+            out += list(part)
         return out
 
     def _score(self, texts: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[list[float], list[bool]]:
-        pairs = list(zip(texts, refs, strict=True))
-        if self.reward.world_size == 1:
-            results = [self._wait(self.reward.call("compute", list(texts), [list(r) for r in refs]))[0]]
-        else:
-            calls = [
-                self.reward.execute_on(r).call(
-                    "compute", [t for t, _ in pairs[a:b]], [list(x) for _, x in pairs[a:b]]
-                )
-                for r, (a, b) in enumerate(_shards(len(pairs), self.reward.world_size))
-            ]
-            results = [self._wait(c)[0] for c in calls]
+        results = self._wait(self.reward.call("compute", list(texts), [list(r) for r in refs]))
         rewards = [float(x) for res in results for x in res["rewards"]]
         correct = [bool(x) for res in results for x in res["correct"]]
+        if len(rewards) != len(texts) or len(correct) != len(texts):
+            raise RuntimeError(f"the reward group returned {len(rewards)} rewards for {len(texts)} responses")
         return rewards, correct
 
-    def _phase(self, group: ShardedGroupLike, method: str) -> None:
+    def _phase(self, group: GroupLike, method: str) -> None:
         if self.offload:
             self._wait(group.call(method))
 
@@ -299,7 +265,7 @@ class ReasoningRunner:
         self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """Generate one response per prompt (sharded over the rollout ranks); returns the output dicts."""
-        outputs = self._sharded(self.rollout, "generate", [list(p) for p in prompt_ids], dict(sampling))
+        outputs = self._gather(self.rollout, "generate", [list(p) for p in prompt_ids], dict(sampling))
         if len(outputs) != len(prompt_ids):
             raise RuntimeError(f"the rollout returned {len(outputs)} outputs for {len(prompt_ids)} prompts")
         return outputs
