@@ -64,6 +64,11 @@ class LLMActorConfig:
     """Move parameters and optimizer state to CPU between phases (collocated GPU runs); see ``offload()``."""
     torch_num_threads: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
     """``torch.set_num_threads`` in each actor process (null: leave torch's default)."""
+    temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """Sampling temperature of the rollout: the actor scores tokens under ``logits / temperature`` (set it to
+    the rollout's ``sampling.temperature`` so PPO ratios compare the same distributions)."""
+    sft_lr: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    """Learning rate of ``run_sft`` steps (default: ``optim.lr``)."""
     logprob_chunk_size: int = attrs.field(default=1024, validator=v.ge(1))
     """Tokens per chunk of the vocabulary log-softmax (bounds the ``[chunk, vocab]`` float32 buffer)."""
 

@@ -1,0 +1,234 @@
+"""LLMActorWorker in-process (one rank, no Ray): GRPO/PPO updates, SFT, KL and critic, checkpoints, HF export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from rlinf_core.config import AlgorithmConfig
+from rlinf_models import OptimConfig
+from rlinf_models.llm import CausalLMPolicy, LLMActorConfig, LLMActorWorker, LLMModelConfig, load_causal_lm
+from rlinf_models.llm.testing import make_tiny_model_dir
+from rlinf_scheduler import PackedPlacementStrategy, StaticClusterView, WorkerContext
+
+torch.set_num_threads(1)
+
+GRPO = AlgorithmConfig(
+    adv_type="grpo", loss_type="actor", update_epoch=1, clip_ratio_low=0.2, clip_ratio_high=0.28
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "m", arch="qwen2", seed=0)
+
+
+def local_actor(cfg: LLMActorConfig, algorithm: AlgorithmConfig, **kwargs: Any) -> LLMActorWorker:
+    """A one-rank actor in this process (the context a group launch would install)."""
+    placement = PackedPlacementStrategy(0, 0).get_placement(StaticClusterView(num_nodes=1, accelerators=1))[0]
+    worker = LLMActorWorker.__new__(LLMActorWorker)
+    worker._rlinf_context = WorkerContext(
+        group_name="actor",
+        rank=0,
+        world_size=1,
+        namespace="test",
+        placement=placement,
+        node_ip="127.0.0.1",
+        master_addr="127.0.0.1",
+        env_vars={},
+    )
+    worker.__init__(cfg, algorithm, **kwargs)  # type: ignore[misc]
+    return worker
+
+
+def actor_cfg(model_dir: Path, **kwargs: Any) -> LLMActorConfig:
+    model = LLMModelConfig(model_path=str(model_dir), add_value_head=kwargs.pop("add_value_head", False))
+    defaults: dict[str, Any] = {
+        "optim": OptimConfig(lr=1e-2, clip_grad=1.0),
+        "global_batch_size": 8,
+        "micro_batch_size": 4,
+        "seed": 3,
+        "temperature": 0.9,
+    }
+    defaults.update(kwargs)
+    return LLMActorConfig(model=model, **defaults)
+
+
+def make_batch(n: int = 8, prompt_len: int = 6, resp_len: int = 5, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Left-padded prompts ending at column P, right-padded responses; advantages +1 on even rows, -1 on odd."""
+    g = torch.Generator().manual_seed(seed)
+    t = prompt_len + resp_len
+    ids = torch.full((n, t), 2, dtype=torch.long)
+    attn = torch.zeros(n, t, dtype=torch.long)
+    loss_mask = torch.zeros(n, t, dtype=torch.long)
+    for i in range(n):
+        p = prompt_len - (i % 3)  # prompts of different lengths, left-padded
+        r = resp_len - (i % 2)  # responses of different lengths, right-padded
+        ids[i, prompt_len - p : prompt_len] = torch.randint(3, 500, (p,), generator=g)
+        ids[i, prompt_len : prompt_len + r] = torch.randint(3, 500, (r,), generator=g)
+        attn[i, prompt_len - p : prompt_len + r] = 1
+        loss_mask[i, prompt_len : prompt_len + r] = 1
+    sign = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(n)])
+    adv = sign[:, None] * loss_mask.float()
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask, "advantages": adv}
+
+
+def masked_row_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum(1) / mask.sum(1)
+
+
+def state(actor: LLMActorWorker) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in actor.policy.state_dict().items()}
+
+
+def test_grpo_update_raises_logprobs_of_rewarded_tokens(model_dir: Path) -> None:
+    actor = local_actor(actor_cfg(model_dir), GRPO, total_steps=10)
+    batch = make_batch()
+    before = masked_row_mean(actor.compute_logprobs(batch)["logprobs"], batch["loss_mask"])
+    for _ in range(3):
+        metrics = actor.run_training(batch)
+    after = masked_row_mean(actor.compute_logprobs(batch)["logprobs"], batch["loss_mask"])
+    delta = after - before
+    assert torch.all(delta[0::2] > 0.05), delta  # rewarded responses became more likely
+    assert torch.all(delta[1::2] < -0.05), delta  # penalised ones less likely
+    for key in (
+        "actor/policy_loss",
+        "actor/clip_fraction",
+        "actor/approx_kl",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/lr",
+    ):
+        assert key in metrics and metrics[key] == metrics[key], key
+    assert metrics["actor/num_optimizer_steps"] == 1.0
+    assert actor.get_model_version() == 3
+
+
+def test_on_policy_shortcut_equals_recomputed_old_logprobs(model_dir: Path) -> None:
+    batch = make_batch(seed=1)
+    a = local_actor(actor_cfg(model_dir), GRPO)
+    b = local_actor(actor_cfg(model_dir), GRPO)
+    ma = a.run_training(batch)  # single optimizer step: old log-probs = detached current ones
+    mb = b.run_training({**batch, "old_logprobs": b.compute_logprobs(batch)["logprobs"]})
+    assert ma["actor/policy_loss"] == pytest.approx(mb["actor/policy_loss"], abs=1e-6)
+    sa, sb = state(a), state(b)
+    for key in sa:
+        torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-7, msg=key)
+
+
+def test_multi_epoch_minibatches_and_linear_lr(model_dir: Path) -> None:
+    alg = AlgorithmConfig(
+        adv_type="grpo", loss_type="actor", update_epoch=2, loss_agg_func="seq-mean-token-mean"
+    )
+    optim = OptimConfig(lr=1e-3, lr_schedule="linear")
+    actor = local_actor(
+        actor_cfg(model_dir, optim=optim, global_batch_size=4, micro_batch_size=2), alg, total_steps=4
+    )
+    batch = make_batch(n=8)
+    m1 = actor.run_training(batch)
+    m2 = actor.run_training(batch)
+    assert m1["actor/num_optimizer_steps"] == 4.0  # 2 epochs x 2 mini-batches of 4
+    assert m1["actor/lr"] == pytest.approx(1e-3) and m2["actor/lr"] == pytest.approx(0.75e-3)
+    assert m2["actor/approx_kl"] != 0.0
+
+
+def test_sft_reduces_cross_entropy(model_dir: Path) -> None:
+    actor = local_actor(
+        actor_cfg(model_dir, micro_batch_size=2, global_batch_size=8, sft_lr=5e-3, temperature=1.0), GRPO
+    )
+    batch = make_batch(seed=2)
+    sft = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
+    losses = [actor.run_sft(sft)["sft/loss"] for _ in range(6)]
+    assert losses[-1] < losses[0] - 0.5, losses
+    # The reported loss is the token-mean NLL of the batch before the step (temperature 1).
+    lp = actor.compute_logprobs(sft)["logprobs"]
+    m = sft["loss_mask"].float()
+    nll = float(-(lp * m).sum() / m.sum())
+    assert actor.run_sft(sft)["sft/loss"] == pytest.approx(nll, rel=1e-3)
+
+
+def test_kl_entropy_and_critic_paths(model_dir: Path) -> None:
+    alg = AlgorithmConfig(
+        adv_type="gae",
+        loss_type="actor_critic",
+        update_epoch=1,
+        kl_beta=0.1,
+        kl_penalty="low_var_kl",
+        entropy_bonus=0.01,
+    )
+    actor = local_actor(actor_cfg(model_dir, add_value_head=True), alg)
+    batch = make_batch(seed=3)
+    extra = actor.compute_logprobs(batch)
+    assert set(extra) == {"logprobs", "ref_logprobs", "values"}
+    torch.testing.assert_close(extra["ref_logprobs"], extra["logprobs"])  # the reference starts as the policy
+    batch["returns"] = batch["advantages"] * 0.5
+    m1 = actor.run_training(batch)
+    assert m1["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert {"critic/value_loss", "critic/explained_variance"} <= m1.keys()
+    m2 = actor.run_training(batch)
+    assert m2["actor/kl_loss"] > 0
+    extra2 = actor.compute_logprobs(batch)
+    torch.testing.assert_close(extra2["ref_logprobs"], extra["ref_logprobs"])  # frozen
+    assert not torch.equal(extra2["values"], extra["values"])  # the critic learned
+    with pytest.raises(ValueError, match="add_value_head"):
+        local_actor(actor_cfg(model_dir), alg)
+
+
+def test_checkpoint_round_trip_continues_exactly(model_dir: Path, tmp_path: Path) -> None:
+    alg = AlgorithmConfig(adv_type="grpo", loss_type="actor", update_epoch=2)
+    cfg = actor_cfg(model_dir, global_batch_size=4, micro_batch_size=2)
+    a = local_actor(cfg, alg)
+    a.run_training(make_batch(seed=4))
+    a.save_checkpoint(str(tmp_path / "ck"))
+    assert sorted(p.name for p in (tmp_path / "ck" / "actor").iterdir()) == [
+        "model.pt", "optimizer.pt", "rng_rank0.pkl", "trainer.pt"
+    ]  # fmt: skip
+    ma = a.run_training(make_batch(seed=5))
+    b = local_actor(actor_cfg(model_dir, global_batch_size=4, micro_batch_size=2, seed=77), alg)
+    b.load_checkpoint(str(tmp_path / "ck"))
+    assert b.get_model_version() == 1
+    mb = b.run_training(make_batch(seed=5))
+    assert ma == mb
+    sa, sb = state(a), state(b)
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    with pytest.raises(FileNotFoundError, match="no actor checkpoint"):
+        b.load_checkpoint(str(tmp_path / "nothing"))
+
+
+def test_save_hf_exports_a_loadable_checkpoint(model_dir: Path, tmp_path: Path) -> None:
+    actor = local_actor(actor_cfg(model_dir, add_value_head=True), GRPO)
+    batch = make_batch(seed=6)
+    actor.run_training(batch)
+    out = tmp_path / "hf"
+    (out).mkdir()
+    (out / "stale.txt").write_text("replaced")
+    actor.save_hf(str(out))
+    assert not (out / "stale.txt").exists() and (out / "value_head.pt").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no staging leftovers
+    model = load_causal_lm(LLMModelConfig(model_path=str(out)))
+    with torch.no_grad():
+        got = CausalLMPolicy(model)(batch["input_ids"], batch["attention_mask"], temperature=0.9)["logprobs"]
+    expected = actor.compute_logprobs(batch)["logprobs"]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # The weight-sync state dict has exactly the HF model's keys.
+    assert set(actor._hf_state()) == set(model.state_dict())
+
+
+def test_batch_validation(model_dir: Path) -> None:
+    actor = local_actor(actor_cfg(model_dir), GRPO)
+    batch = make_batch()
+    with pytest.raises(ValueError, match=r"missing \['advantages'\]"):
+        actor.run_training({k: v for k, v in batch.items() if k != "advantages"})
+    with pytest.raises(ValueError, match=r"batch\['loss_mask'\] must be \[N, T\]"):
+        actor.run_training({**batch, "loss_mask": batch["loss_mask"][:, :-1]})
+    with pytest.raises(ValueError, match=r"not a multiple of actor\.micro_batch_size"):
+        actor.run_training({k: v[:6] for k, v in batch.items()})
+    with pytest.raises(ValueError, match="selects no token"):
+        actor.run_sft({**batch, "loss_mask": torch.zeros_like(batch["loss_mask"])})
+    numpy_batch = {k: v.numpy() for k, v in batch.items()}  # numpy arrays are accepted too
+    assert actor.compute_logprobs(numpy_batch)["logprobs"].shape == batch["input_ids"].shape
