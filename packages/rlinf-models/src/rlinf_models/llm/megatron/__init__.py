@@ -1,0 +1,65 @@
+"""rlinf_models.llm.megatron: a Megatron-core training backend for Hugging Face Llama / Qwen2 / Qwen3 models.
+
+GPU only. The configuration, the HF ↔ Megatron weight conversion and the vocabulary-parallel log-prob math
+are pure torch and import without Megatron; :class:`MegatronActorBackend` and
+:func:`initialize_model_parallel` need ``pip install "rlinf-models[megatron,hf]"`` (megatron-core, plus
+safetensors/transformers to read the checkpoint) and CUDA, and load on first use. See ``docs/gpu_backends.md``
+for what was verified on which hardware.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from ._config import MegatronConfig
+from ._convert import (
+    SUPPORTED_MODEL_TYPES,
+    HFArchitecture,
+    globalize_layers,
+    gpt_model_kwargs,
+    hf_to_megatron,
+    megatron_to_hf,
+    merge_tp_shards,
+    padded_vocab_size,
+    parse_hf_config,
+    shard_state_dict,
+    stage_layer_range,
+    stage_layers,
+    transformer_config_kwargs,
+)
+from ._logprobs import left_align, restore_alignment, shift_logprobs, vocab_parallel_logprobs
+
+if TYPE_CHECKING:
+    from ._backend import MegatronActorBackend, initialize_model_parallel
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "HFArchitecture",
+    "MegatronActorBackend",
+    "MegatronConfig",
+    "globalize_layers",
+    "gpt_model_kwargs",
+    "hf_to_megatron",
+    "initialize_model_parallel",
+    "left_align",
+    "megatron_to_hf",
+    "merge_tp_shards",
+    "padded_vocab_size",
+    "parse_hf_config",
+    "restore_alignment",
+    "shard_state_dict",
+    "shift_logprobs",
+    "stage_layer_range",
+    "stage_layers",
+    "transformer_config_kwargs",
+    "vocab_parallel_logprobs",
+]
+
+_LAZY = {"MegatronActorBackend", "initialize_model_parallel"}
+
+
+def __getattr__(name: str) -> Any:
+    # megatron-core loads on first use (an ImportError naming the extra when it is missing).
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlinf_models.llm.megatron' has no attribute {name!r}")
+    from . import _backend
+
+    return getattr(_backend, name)
