@@ -72,6 +72,9 @@ class LLMRolloutWorker(Worker):
                 ``max_new_tokens``, ``stop``, ``include_stop_str_in_output``, ``seed``).
             shard: Take only this rank's contiguous share of ``prompts`` (see the class docstring).
 
+        When the engine is offloaded (``cfg.enable_offload`` or an explicit :meth:`offload`), it is onloaded for
+        this call and offloaded again afterwards.
+
         Returns:
             One dict per generated prompt with the :class:`GenerationOutput` fields: ``prompt_token_ids``,
             ``token_ids``, ``logprobs`` (under ``logits / temperature``), ``text``, ``finish_reason``.
@@ -80,7 +83,7 @@ class LLMRolloutWorker(Worker):
         if shard:
             start, stop = shard_bounds(len(prompts), self.rank, self.world_size)
             prompts = prompts[start:stop]
-        reload = self._offloaded and self.cfg.enable_offload
+        reload = self._offloaded  # generating while offloaded: onload for this call, then offload again
         if reload:
             self.onload()
         try:
