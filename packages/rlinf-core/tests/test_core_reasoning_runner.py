@@ -268,6 +268,23 @@ def test_dynamic_sampling_drops_equal_groups_and_caps_generation(tmp_path: Path)
     assert rec2["train/skipped"] == 1.0
 
 
+def test_dynamic_sampling_trims_to_whole_actor_batches(tmp_path: Path) -> None:
+    world = World()
+    world.correct_of = lambda i: (i // 4) % 2 == 1 and i % 4 != 0  # one kept group per generation batch
+    alg = AlgorithmConfig(
+        adv_type="grpo", loss_type="actor", group_size=4, dynamic_sampling=True, max_num_gen_batches=3
+    )
+    data = DataConfig(train_path="x", rollout_batch_size=3, max_prompt_length=8)
+    runner = _runner(
+        tmp_path, world, algorithm=alg, data=data, max_epochs=1, val_check_interval=-1, save_interval=-1
+    )
+    runner.batch_multiple = 8
+    runner.run()
+    # 2 batches keep 1 + 2 groups = 12 sequences; the actor takes multiples of 8 → 2 groups
+    (batch,) = world.batches
+    assert batch["input_ids"].shape[0] == 8 and len(world.gen_calls) == 2
+
+
 def test_overlong_filter_and_penalty(tmp_path: Path) -> None:
     world = World(response_len=lambda i: 8 if i % 4 == 0 else 2)
     alg = AlgorithmConfig(
@@ -336,7 +353,13 @@ def test_reinpp_with_kl_and_baseline(tmp_path: Path) -> None:
 def test_sft_warm_up_runs_first_and_trains_only_the_solution(tmp_path: Path) -> None:
     world = World()
     sft = SFTConfig(steps=3, batch_size=4, eval_before=True)
-    _runner(tmp_path, world, sft=sft, max_epochs=1, val_check_interval=1, save_interval=-1).run()
+    runner = _runner(tmp_path, world, sft=sft, max_epochs=1, val_check_interval=1, save_interval=-1)
+    runner.refresh_reference = True
+    runner.run()
+    assert (
+        world.log.index("actor.update_reference_model")
+        == len(world.log) - 1 - world.log[::-1].index("actor.run_sft") + 1
+    )
     assert world.log.count("actor.run_sft") == 3
     first_gen = world.log.index("rollout.generate")
     assert world.log.index("actor.run_sft") > first_gen  # the pre-SFT evaluation comes first

@@ -141,6 +141,10 @@ class ReasoningRunner:
         sft_data: demonstrations (rows with a ``solution``) for the warm-up.
         to_batch: converts a dict of numpy arrays into what the actor takes (default: unchanged).
         offload: call ``offload()``/``onload()`` on the actor and rollout between phases (collocated runs).
+        batch_multiple: the training batch's sequence count must be a multiple of this (the actor's
+            ``micro_batch_size x ranks``); when dynamic sampling keeps fewer groups, whole groups are dropped.
+        refresh_reference: after the SFT warm-up, call ``actor.update_reference_model()`` so the KL penalty
+            is measured against the SFT model (runs with a reference model).
         run_config: the resolved configuration, stored with W&B / SwanLab runs.
         on_step: called with ``(global_step, record)`` after each logged record.
 
@@ -167,6 +171,8 @@ class ReasoningRunner:
         sft_data: PromptDataset | None = None,
         to_batch: Callable[[Batch], Any] | None = None,
         offload: bool = False,
+        batch_multiple: int = 1,
+        refresh_reference: bool = False,
         run_config: Mapping[str, Any] | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> None:
@@ -197,6 +203,10 @@ class ReasoningRunner:
         self.max_new_tokens = int(self.sampling.get("max_new_tokens", 0)) or None
         self.to_batch = to_batch or (lambda b: b)
         self.offload = offload
+        if batch_multiple < 1:
+            raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+        self.batch_multiple = batch_multiple
+        self.refresh_reference = refresh_reference
         self.run_config = dict(run_config or {})
         self.on_step = on_step
         self.group_size = algorithm.group_size
@@ -476,6 +486,14 @@ class ReasoningRunner:
         rollouts, metrics = self.collect()
         t1 = time.perf_counter()
         metrics["time/rollout_s"] = t1 - t0
+        groups = len(rollouts.rewards) // self.group_size
+        while groups > 0 and (groups * self.group_size) % self.batch_multiple:
+            groups -= 1
+        if groups * self.group_size < len(rollouts.rewards):
+            trimmed = _Rollouts()
+            trimmed.extend(rollouts, 0, groups * self.group_size)
+            rollouts = trimmed
+        metrics["train/num_sequences"] = float(len(rollouts.rewards))
         if not rollouts.rewards:
             metrics["train/skipped"] = 1.0
             metrics["time/train_s"] = 0.0
@@ -574,6 +592,8 @@ class ReasoningRunner:
         finally:
             if bar is not None:
                 bar.close()
+        if self.refresh_reference:
+            self._wait(self.actor.call("update_reference_model"))
         self.sft_done = True
 
     def run(self) -> RunResult:
