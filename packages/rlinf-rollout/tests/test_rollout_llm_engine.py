@@ -104,6 +104,9 @@ def test_rollout_config_is_validated() -> None:
         LLMRolloutConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="recv_timeout_s"):
         LLMRolloutConfig(recv_timeout_s=0)
+    from rlinf_rollout.llm import VLLMOptions
+
+    assert isinstance(LLMRolloutConfig().vllm, VLLMOptions)
 
 
 def test_importing_the_package_does_not_load_transformers_torch_or_ray() -> None:

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from ._config import ENGINES, LLMRolloutConfig
 from ._factory import build_engine
 from ._types import FinishReason, GenerationEngine, GenerationOutput, SamplingConfig
+from ._vllm_options import VLLMOptions
 
 if TYPE_CHECKING:
     from ._hf import HFGenerateEngine
+    from ._vllm import VLLMEngine
     from ._worker import LLMRolloutWorker, shard_bounds
 
 __all__ = [
@@ -24,11 +26,18 @@ __all__ = [
     "LLMRolloutConfig",
     "LLMRolloutWorker",
     "SamplingConfig",
+    "VLLMEngine",
+    "VLLMOptions",
     "build_engine",
     "shard_bounds",
 ]
 
-_LAZY = {"HFGenerateEngine": "._hf", "LLMRolloutWorker": "._worker", "shard_bounds": "._worker"}
+_LAZY = {
+    "HFGenerateEngine": "._hf",
+    "VLLMEngine": "._vllm",
+    "LLMRolloutWorker": "._worker",
+    "shard_bounds": "._worker",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ import attrs
 from attrs import validators as v
 
 from ._types import SamplingConfig
+from ._vllm_options import VLLMOptions
 
 __all__ = ["ENGINES", "LLMRolloutConfig"]
 
@@ -36,3 +37,5 @@ class LLMRolloutConfig:
     """torch threads in each rollout process."""
     recv_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
     """Longest wait for the actor's weights before the rollout fails with a message naming the sender."""
+    vllm: VLLMOptions = attrs.field(factory=VLLMOptions)
+    """Options of the vLLM engine (``engine: vllm``): its Python environment, KV cache, sleep mode, …"""

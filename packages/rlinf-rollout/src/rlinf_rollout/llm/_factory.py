@@ -37,7 +37,7 @@ def build_engine(cfg: LLMRolloutConfig, model_cfg: LLMModelConfig) -> Generation
     if cfg.engine == "vllm":
         from ._vllm import VLLMEngine
 
-        return VLLMEngine(model_cfg, max_batch_size=cfg.max_batch_size, seed=cfg.seed)
+        return VLLMEngine(model_cfg, max_batch_size=cfg.max_batch_size, seed=cfg.seed, options=cfg.vllm)
     if cfg.engine == "sglang":
         from ._sglang import SGLangEngine
 
