@@ -147,6 +147,8 @@ class AgentRunner(ReasoningRunner):
         sft: the warm-up config.
         sft_data: demonstrations: rows with ``demo`` (the assistant turns as text) in their extra fields.
         turn_reward: per-turn reward settings.
+        batch_multiple: training batches are cut to a multiple of this many episodes (the actor's
+            ``micro_batch_size`` x world size); the episodes cut are the last ones.
         to_batch: converts numpy batches into what the actor takes.
         offload: offload/onload between phases.
         run_config: the resolved configuration (W&B / SwanLab).
@@ -170,6 +172,7 @@ class AgentRunner(ReasoningRunner):
         sft: SFTConfig | None = None,
         sft_data: PromptDataset | None = None,
         turn_reward: TurnRewardConfig | None = None,
+        batch_multiple: int = 1,
         to_batch: Callable[[Batch], Any] | None = None,
         offload: bool = False,
         run_config: Mapping[str, Any] | None = None,
@@ -208,6 +211,9 @@ class AgentRunner(ReasoningRunner):
         )
         self.algorithm = algorithm
         self.turn_reward = turn_reward or TurnRewardConfig()
+        if batch_multiple < 1:
+            raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+        self.batch_multiple = batch_multiple
         self._demos: list[dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------------------------------ episodes
@@ -327,6 +333,8 @@ class AgentRunner(ReasoningRunner):
                 if any(abs(a) > 1e-8 for i in members for a in adv[i]):
                     keep += list(members)
         metrics["dapo/kept_groups"] = float(len(keep) // gs)
+        keep = keep[: len(keep) - len(keep) % self.batch_multiple]
+        metrics["train/num_episodes"] = float(len(keep))
         if not keep:
             metrics["train/skipped"] = 1.0
             metrics["time/train_s"] = 0.0

@@ -1,0 +1,124 @@
+"""End to end: the agent app (SFT warm-up, multi-turn GRPO with tools, eval, checkpoints, resume) on a tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from rlinf_core.checkpoint import is_complete
+from rlinf_core.metrics import read_metrics
+
+pytestmark = pytest.mark.ray
+
+APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "agent"
+
+
+def _load_app() -> ModuleType:
+    name = "rlinf_agent_app_config"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, APP_DIR / "config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def app() -> ModuleType:
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    return _load_app()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rlinf_models.llm.testing import make_tiny_model_dir
+
+    return make_tiny_model_dir(tmp_path_factory.mktemp("agent_tiny"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from rlinf_scheduler import Cluster
+
+    c = Cluster(
+        num_nodes=1,
+        simulated_accelerators_per_node=2,
+        ray_address="local",
+        num_cpus=2,
+        interrupt_main_on_failure=False,
+    )
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+def _small(model_dir: Path, log_path: Path, *extra: str) -> list[str]:
+    return [
+        f"actor.model.model_path={model_dir}",
+        "actor.global_batch_size=4",
+        "actor.micro_batch_size=2",
+        "actor.torch_num_threads=1",
+        "actor.optim.lr=0.0001",
+        "rollout.torch_num_threads=1",
+        "rollout.sampling.max_new_tokens=8",
+        "algorithm.group_size=2",
+        "algorithm.dynamic_sampling=false",
+        "data.rollout_batch_size=2",
+        "data.eval_size=4",
+        "sft.steps=2",
+        "sft.batch_size=2",
+        "sft.eval_before=true",
+        "agent.max_turns=2",
+        "agent.max_new_tokens_per_turn=8",
+        "agent.max_total_tokens=320",
+        "runner.max_epochs=2",
+        "runner.val_check_interval=1",
+        "runner.save_interval=1",
+        "runner.progress_bar=false",
+        "runner.step_timeout_s=300",
+        "runner.logger.logger_backends=[]",
+        f"runner.logger.log_path={log_path}",
+        *extra,
+    ]
+
+
+def test_agent_app_trains_evaluates_checkpoints_and_resumes(
+    app: ModuleType, cluster: Any, model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = app.load_agent_config(APP_DIR / "config" / "smollm2_tools.yaml", _small(model_dir, tmp_path))
+    result = app.run_agent(cfg, cluster=cluster)
+    assert result.global_step == 2
+    records = read_metrics(result.metrics_file)
+    sft = [r for r in records if "sft/loss" in r]
+    assert len(sft) == 2 and all(r["sft/num_tokens"] > 0 for r in sft)
+    pre = [r for r in records if "eval_pre_sft/success_rate" in r]
+    evals = [r for r in records if "eval/success_rate" in r]
+    assert len(pre) == 1 and [r["step"] for r in evals] == [0, 1, 2]
+    assert all(r["eval/num_episodes"] == 4 and 0.0 <= r["eval/success_rate"] <= 1.0 for r in evals)
+    train = [r for r in records if "rollout/num_episodes" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    assert all(r["rollout/num_episodes"] == 4 and r["train/skipped"] == 0.0 for r in train)
+    assert all("train/actor/policy_loss" in r for r in train)
+    assert is_complete(result.last_checkpoint) and result.last_checkpoint.name == "global_step_2"
+    # Resume: one more step continues at step 3 from the saved state (SFT is not repeated).
+    more = app.load_agent_config(
+        APP_DIR / "config" / "smollm2_tools.yaml",
+        _small(model_dir, tmp_path, "runner.max_epochs=3", "runner.resume_dir=auto"),
+    )
+    again = app.run_agent(more, cluster=cluster)
+    assert again.global_step == 3
+    records = read_metrics(again.metrics_file)
+    assert len([r for r in records if "sft/loss" in r]) == 2
+    assert [r["step"] for r in records if "rollout/num_episodes" in r] == [1, 2, 3]
