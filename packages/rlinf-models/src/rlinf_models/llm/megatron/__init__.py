@@ -25,7 +25,13 @@ from ._convert import (
     stage_layers,
     transformer_config_kwargs,
 )
-from ._logprobs import left_align, restore_alignment, shift_logprobs, vocab_parallel_logprobs
+from ._logprobs import (
+    aligned_token_logprobs,
+    left_align,
+    restore_alignment,
+    shift_logprobs,
+    vocab_parallel_logprobs,
+)
 
 if TYPE_CHECKING:
     from ._backend import MegatronActorBackend, initialize_model_parallel
@@ -35,6 +41,7 @@ __all__ = [
     "HFArchitecture",
     "MegatronActorBackend",
     "MegatronConfig",
+    "aligned_token_logprobs",
     "globalize_layers",
     "gpt_model_kwargs",
     "hf_to_megatron",

@@ -20,7 +20,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["left_align", "restore_alignment", "shift_logprobs", "vocab_parallel_logprobs"]
+__all__ = [
+    "aligned_token_logprobs",
+    "left_align",
+    "restore_alignment",
+    "shift_logprobs",
+    "vocab_parallel_logprobs",
+]
 
 _MASKED = -1e30
 """Logit given to Megatron's vocabulary padding columns."""
@@ -157,3 +163,50 @@ def _roll_rows(x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     t = x.shape[1]
     idx = (torch.arange(t, device=x.device)[None, :] - shifts[:, None].to(x.device)) % t
     return torch.gather(x, 1, idx)
+
+
+def aligned_token_logprobs(
+    logits: torch.Tensor,
+    aligned_ids: torch.Tensor,
+    shifts: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    vocab_start: int = 0,
+    vocab_size: int | None = None,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+    group: dist.ProcessGroup | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropy) of a left-aligned batch, back in the batch's original layout.
+
+    Args:
+        logits: ``[B, T', V_local]`` next-token logits of the left-aligned batch (``T' >= T``: extra columns,
+            e.g. sequence-parallel padding, are ignored); this rank's vocabulary slice.
+        aligned_ids: ``[B, T'']`` (``T'' >= T``) the left-aligned ids the logits were computed from.
+        shifts: ``[B]`` from :func:`left_align`.
+        attention_mask: ``[B, T]`` the ORIGINAL mask (its width ``T`` is the batch width).
+        vocab_start: first vocabulary id of this rank's slice.
+        vocab_size: true vocabulary size (padding columns masked).
+        temperature: softmax temperature.
+        compute_entropy: also return the entropy.
+        group: tensor-parallel group.
+
+    Returns:
+        ``(logprobs [B, T], entropy [B, T] or None)``: column ``t`` scores ``input_ids[:, t]`` given the tokens
+        before it; 0 at each row's first token and on padding.
+    """
+    t = attention_mask.shape[1]
+    lp, ent = vocab_parallel_logprobs(
+        logits[:, : t - 1],
+        aligned_ids[:, 1:t],
+        vocab_start=vocab_start,
+        vocab_size=vocab_size,
+        temperature=temperature,
+        compute_entropy=compute_entropy,
+        group=group,
+    )
+    mask = attention_mask.to(lp.dtype)
+    lp = restore_alignment(shift_logprobs(lp), shifts) * mask
+    if ent is not None:
+        ent = restore_alignment(shift_logprobs(ent), shifts) * mask
+    return lp, ent
