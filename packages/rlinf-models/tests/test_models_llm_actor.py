@@ -175,6 +175,9 @@ def test_kl_entropy_and_critic_paths(model_dir: Path) -> None:
     extra2 = actor.compute_logprobs(batch)
     torch.testing.assert_close(extra2["ref_logprobs"], extra["ref_logprobs"])  # frozen
     assert not torch.equal(extra2["values"], extra["values"])  # the critic learned
+    actor.update_reference_model()  # e.g. after an SFT warm-up: the reference becomes the current policy
+    extra3 = actor.compute_logprobs(batch)
+    torch.testing.assert_close(extra3["ref_logprobs"], extra3["logprobs"])
     with pytest.raises(ValueError, match="add_value_head"):
         local_actor(actor_cfg(model_dir), alg)
 

@@ -31,15 +31,22 @@ pytestmark = pytest.mark.ray
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+# PPO with a critic and a KL penalty: the value head and the frozen reference model are sharded too.
 ALGO = AlgorithmConfig(
-    adv_type="grpo", loss_type="actor", update_epoch=2, clip_ratio_low=0.2, clip_ratio_high=0.28
+    adv_type="gae",
+    loss_type="actor_critic",
+    update_epoch=2,
+    clip_ratio_low=0.2,
+    clip_ratio_high=0.28,
+    kl_beta=0.05,
+    kl_penalty="low_var_kl",
 )
 TEMPERATURE = 0.8
 
 
 def _cfg(model_dir: Path, seed: int = 3) -> LLMActorConfig:
     return LLMActorConfig(
-        model=LLMModelConfig(model_path=str(model_dir)),
+        model=LLMModelConfig(model_path=str(model_dir), add_value_head=True),
         optim=OptimConfig(lr=5e-3, clip_grad=1.0),
         global_batch_size=8,
         micro_batch_size=2,
@@ -59,7 +66,14 @@ def _batch(seed: int, n: int = 16, p: int = 5, r: int = 4) -> dict[str, torch.Te
     loss_mask = attn.clone()
     loss_mask[:, :p] = 0
     adv = torch.randn(n, 1, generator=g) * loss_mask.float()
-    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask, "advantages": adv}
+    returns = torch.randn(n, 1, generator=g) * loss_mask.float()
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "loss_mask": loss_mask,
+        "advantages": adv,
+        "returns": returns,
+    }
 
 
 class LocalGroup:
@@ -162,9 +176,12 @@ def _all_same(results: list[Any]) -> Any:
 def test_two_fsdp_ranks_make_the_same_update_and_sync_it(groups: dict[str, Any], tmp_path: Path) -> None:
     a1, a2, ro = groups["a1"], groups["a2"], groups["ro"]
     batch = _batch(seed=0)
-    lp1 = _all_same(_wait(a1.compute_logprobs(batch)))["logprobs"]
-    lp2 = _all_same(a2.compute_logprobs(batch).wait(timeout=120))["logprobs"]
-    torch.testing.assert_close(lp2, lp1, rtol=1e-5, atol=1e-5)  # each rank scored half, all-gathered
+    x1 = _all_same(_wait(a1.compute_logprobs(batch)))
+    x2 = _all_same(a2.compute_logprobs(batch).wait(timeout=120))
+    assert set(x2) == {"logprobs", "ref_logprobs", "values"}
+    for key in x1:  # each rank scored half, all-gathered
+        torch.testing.assert_close(x2[key], x1[key], rtol=1e-5, atol=1e-5, msg=key)
+    lp2 = x2["logprobs"]
 
     m1 = _all_same(_wait(a1.run_training(batch)))
     m2 = _all_same(a2.run_training(batch).wait(timeout=300))
@@ -190,6 +207,12 @@ def test_two_fsdp_ranks_make_the_same_update_and_sync_it(groups: dict[str, Any],
     assert a1.get_model_version() == [1]
     lp_loaded = _wait(a1.compute_logprobs(batch))[0]["logprobs"]
     torch.testing.assert_close(lp_loaded[valid], after_ro2[valid], rtol=1e-5, atol=1e-5)
+    # The reference model is frozen until update_reference_model (which copies the sharded policy into it).
+    ref = _all_same(a2.compute_logprobs(batch).wait(timeout=120))
+    torch.testing.assert_close(ref["ref_logprobs"], lp2)
+    a2.update_reference_model().wait(timeout=120)
+    ref = _all_same(a2.compute_logprobs(batch).wait(timeout=120))
+    torch.testing.assert_close(ref["ref_logprobs"], ref["logprobs"])
     # SFT on two ranks reports the global token-mean loss.
     sft = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
     s1 = a1.run_sft(sft)[0]

@@ -79,13 +79,16 @@ def _select_device() -> torch.device:
 
 
 def _shard(policy: CausalLMPolicy, mesh: Any, *, cpu_offload: bool) -> None:
-    """FSDP2: one unit per decoder layer, the rest (embeddings, norm, LM head, value head) in the root unit."""
+    """FSDP2: one unit per decoder layer, one for the value head, the rest (embeddings, norm, LM head) in the root."""
     kwargs: dict[str, Any] = {"mesh": mesh}
     if cpu_offload and mesh.device_type == "cuda":
         kwargs["offload_policy"] = CPUOffloadPolicy()
     decoder = policy.model.get_decoder()
     for layer in getattr(decoder, "layers", []):
         fully_shard(layer, **kwargs)
+    if policy.value_head is not None:
+        # Its own unit: the float32 head never shares an all-gather with bfloat16 model weights.
+        fully_shard(policy.value_head, **kwargs)
     fully_shard(policy, **kwargs)
 
 
@@ -277,6 +280,10 @@ class LLMActorWorker(Worker):
                 lps.append(out["logprobs"].float())
                 if values:
                     vals.append(out["values"].float())
+        if self.distributed:
+            # FSDP2 keeps the root unit unsharded after a forward (it expects the backward next); without one,
+            # reshard explicitly so state-dict calls see sharded parameters again.
+            policy.reshard()  # type: ignore[operator]
         res = {"logprobs": torch.cat(lps)}
         if values:
             res["values"] = torch.cat(vals)
