@@ -1,0 +1,184 @@
+"""End to end: the reasoning app through real worker groups (tiny local model), collocated and disaggregated."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from rlinf_core.checkpoint import is_complete
+from rlinf_core.metrics import read_metrics
+
+pytestmark = pytest.mark.ray
+
+APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "reasoning"
+
+
+def load_reasoning_app() -> ModuleType:
+    """``apps/reasoning/config.py`` as a module (apps are scripts, not an installed package)."""
+    name = "rlinf_reasoning_app_config"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, APP_DIR / "config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_tiny_task(root: Path) -> dict[str, Path]:
+    """A few single-digit sums as train / eval / SFT JSONL files."""
+    root.mkdir(parents=True, exist_ok=True)
+    rows = [(a, b) for a in range(1, 6) for b in range(1, 6)]
+    files = {}
+    for name, part in (("train", rows[:16]), ("eval", rows[16:20]), ("sft", rows[20:])):
+        lines = []
+        for a, b in part:
+            row = {"prompt": f"Compute {a} + {b}.", "answer": str(a + b)}
+            if name == "sft":
+                row["solution"] = f"{a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."
+            lines.append(json.dumps(row))
+        files[name] = root / f"{name}.jsonl"
+        files[name].write_text("\n".join(lines) + "\n")
+    return files
+
+
+def tiny_overrides(model_dir: Path, data: dict[str, Path], log_path: Path) -> list[str]:
+    """Overrides that shrink the default config to a few seconds per step on the tiny model."""
+    return [
+        f"actor.model.model_path={model_dir}",
+        f"data.train_path={data['train']}",
+        f"data.eval_path={data['eval']}",
+        f"data.sft_path={data['sft']}",
+        "data.rollout_batch_size=4",
+        "data.eval_size=4",
+        "data.max_prompt_length=96",
+        "algorithm.group_size=2",
+        "actor.global_batch_size=8",
+        "actor.micro_batch_size=4",
+        "actor.torch_num_threads=1",
+        "rollout.torch_num_threads=1",
+        "rollout.sampling.max_new_tokens=8",
+        "sft.steps=2",
+        "sft.batch_size=4",
+        "runner.max_epochs=2",
+        "runner.val_check_interval=1",
+        "runner.save_interval=1",
+        "runner.step_timeout_s=180",
+        "runner.progress_bar=false",
+        "runner.logger.logger_backends=[]",
+        f"runner.logger.log_path={log_path}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def app() -> ModuleType:
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    return load_reasoning_app()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("transformers")
+    from rlinf_models.llm.testing import make_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("reasoning_tiny")
+    return {"model": make_tiny_model_dir(root / "model"), "data": write_tiny_task(root / "data")}
+
+
+@pytest.fixture(scope="module")
+def cluster(app: ModuleType) -> Iterator[Any]:
+    from rlinf_scheduler import Cluster
+
+    c = Cluster(
+        num_nodes=1,
+        simulated_accelerators_per_node=2,
+        ray_address="local",
+        num_cpus=2,
+        interrupt_main_on_failure=False,
+    )
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+PLACEMENTS = {
+    "collocated": ("grpo_smollm2_cpu", "collocated"),
+    "disaggregated": ("grpo_smollm2_disaggregated", "disaggregated"),
+}
+
+
+@pytest.mark.parametrize("mode", list(PLACEMENTS))
+def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
+    app: ModuleType, tiny: dict[str, Any], cluster: Any, tmp_path: Path, mode: str
+) -> None:
+    name, expected_mode = PLACEMENTS[mode]
+    overrides = tiny_overrides(tiny["model"], tiny["data"], tmp_path)
+    cfg = app.load_reasoning_config(APP_DIR / "config" / f"{name}.yaml", overrides)
+    assert app.placement_mode(cfg) == expected_mode
+    result = app.run_reasoning(cfg, cluster=cluster)
+    assert result.global_step == 2
+    records = read_metrics(tmp_path)
+    assert [r["sft/step"] for r in records if "sft/step" in r] == [1, 2]
+    assert all(r["sft/loss"] > 0 for r in records if "sft/loss" in r)
+    evals = [r for r in records if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [0, 1, 2]
+    assert all(0.0 <= r["eval/accuracy"] <= 1.0 and r["eval/num_samples"] == 4 for r in evals)
+    train = [r for r in records if "train/actor/policy_loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    for r in train:
+        assert r["rollout/num_samples"] == 8 and r["train/num_sequences"] == 8
+        assert 0 < r["rollout/response_len_mean"] <= 8
+        assert r["train/actor/num_optimizer_steps"] == 1
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if is_complete(p))
+    assert ckpts[-2:] == ["global_step_1", "global_step_2"]
+    # resume: two more steps from the latest checkpoint, no second warm-up
+    cfg2 = app.load_reasoning_config(
+        APP_DIR / "config" / f"{name}.yaml", [*overrides, "runner.max_epochs=3", "runner.resume_dir=auto"]
+    )
+    result2 = app.run_reasoning(cfg2, cluster=cluster)
+    assert result2.global_step == 3
+    records2 = read_metrics(tmp_path)
+    assert [r["sft/step"] for r in records2 if "sft/step" in r] == [1, 2]
+    assert [r["step"] for r in records2 if "train/actor/policy_loss" in r] == [1, 2, 3]
+
+
+def test_ppo_with_value_head_and_dapo_filters(
+    app: ModuleType, tiny: dict[str, Any], cluster: Any, tmp_path: Path
+) -> None:
+    overrides = [
+        *tiny_overrides(tiny["model"], tiny["data"], tmp_path / "ppo"),
+        "runner.max_epochs=1",
+        "runner.val_check_interval=-1",
+        "runner.save_interval=-1",
+        "sft.steps=0",
+    ]
+    cfg = app.load_reasoning_config(APP_DIR / "config" / "ppo_smollm2_cpu.yaml", overrides)
+    result = app.run_reasoning(cfg, cluster=cluster)
+    assert result.global_step == 1
+    (rec,) = [r for r in read_metrics(tmp_path / "ppo") if "train/actor/policy_loss" in r]
+    assert "train/critic/value_loss" in rec and rec["train/actor/num_optimizer_steps"] >= 1
+    # DAPO: dynamic sampling with the tiny random model (almost always all-wrong groups) generates up to
+    # max_num_gen_batches batches and skips the update when no group has varied rewards
+    dapo = [
+        *tiny_overrides(tiny["model"], tiny["data"], tmp_path / "dapo"),
+        "runner.max_epochs=1",
+        "runner.val_check_interval=-1",
+        "runner.save_interval=-1",
+        "sft.steps=0",
+        "algorithm.max_num_gen_batches=2",
+        "algorithm.overlong_buffer_len=4",
+    ]
+    cfg = app.load_reasoning_config(APP_DIR / "config" / "dapo_smollm2_cpu.yaml", dapo)
+    app.run_reasoning(cfg, cluster=cluster)
+    (rec,) = [r for r in read_metrics(tmp_path / "dapo") if "dapo/num_gen_batches" in r]
+    assert 1 <= rec["dapo/num_gen_batches"] <= 2
+    assert rec["train/skipped"] == (1.0 if rec["dapo/kept_groups"] == 0 else 0.0)
