@@ -102,14 +102,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
     )
-    parser.add_argument("--train", type=int, default=4000, help="RL prompts")
+    parser.add_argument("--train", type=int, default=2000, help="RL prompts")
     parser.add_argument("--eval", type=int, default=200, help="held-out evaluation prompts")
     parser.add_argument("--sft", type=int, default=400, help="SFT demonstrations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-terms", type=int, default=2)
     parser.add_argument("--max-terms", type=int, default=3)
     parser.add_argument("--min-digits", type=int, default=1)
-    parser.add_argument("--max-digits", type=int, default=2)
+    parser.add_argument("--max-digits", type=int, default=1)
     parser.add_argument(
         "--no-verify", action="store_true", help="skip checking answers with the math verifier"
     )
