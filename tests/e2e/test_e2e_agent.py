@@ -122,3 +122,19 @@ def test_agent_app_trains_evaluates_checkpoints_and_resumes(
     records = read_metrics(again.metrics_file)
     assert len([r for r in records if "sft/loss" in r]) == 2
     assert [r["step"] for r in records if "rollout/num_episodes" in r] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_agent_app_runs_disaggregated_from_yaml(
+    app: ModuleType, cluster: Any, model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = app.load_agent_config(
+        APP_DIR / "config" / "smollm2_tools_disaggregated.yaml",
+        _small(model_dir, tmp_path, "runner.max_epochs=1", "sft.eval_before=false"),
+    )
+    assert cfg.cluster.component_placement == {"actor": 0, "rollout,reward": 1}
+    result = app.run_agent(cfg, cluster=cluster)
+    assert result.global_step == 1
+    records = read_metrics(result.metrics_file)
+    assert [r["step"] for r in records if "eval/success_rate" in r] == [0, 1]
+    assert [r["step"] for r in records if "rollout/num_episodes" in r] == [1]
