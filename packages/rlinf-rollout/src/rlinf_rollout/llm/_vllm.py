@@ -9,10 +9,12 @@ safetensors file in ``/dev/shm`` that the server loads into the running model in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import operator
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -264,6 +266,9 @@ class VLLMEngine:
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=self._log_dir,
+                    # Its own process group: vLLM's engine-core and worker processes join it, so they can be
+                    # killed with the server even when the server itself died without cleaning up.
+                    start_new_session=True,
                 )
             except OSError as e:
                 ours.close()
@@ -351,13 +356,16 @@ class VLLMEngine:
 def _kill(proc: subprocess.Popen[bytes], conn: Connection) -> None:
     conn.close()
     if proc.poll() is None:
-        # Terminate the server; vLLM's atexit handlers then stop its engine-core and worker processes.
+        # Terminate the server; vLLM's shutdown handlers then stop its engine-core and worker processes.
         proc.terminate()
         try:
             proc.wait(timeout=15.0)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15.0)
+    # Whatever is left of the server's process group (vLLM's processes when the server was killed hard).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _remove_tree(path: Path) -> None:

@@ -34,7 +34,33 @@ def _load_safetensors_into_worker(worker: Any, path: str) -> int:
     # `reload_weights` maps checkpoint names (q/k/v, gate/up, ...) onto vLLM's fused parameters, like loading
     # the checkpoint from disk, and re-runs post-load weight processing.
     worker.reload_weights(weights_iterator=iter(state.items()), is_checkpoint_format=True)
+    _retie_lm_head(worker)
     return len(state)
+
+
+def _retie_lm_head(worker: Any) -> None:
+    """Tie ``lm_head`` to the new input embeddings again after a layer-wise reload.
+
+    With ``tie_word_embeddings`` the checkpoint has no ``lm_head.weight`` (vLLM's ``load_weights`` skips it),
+    so vLLM 0.32's layer-wise reload restores the LM head's *previous* tensors while ``embed_tokens`` gets the
+    new ones: the logits would come from stale weights. Share the embedding parameter again and redo the LM
+    head's post-load processing (on CPU it prepacks the GEMM weight).
+    """
+    model = worker.model_runner.model
+    text_config = worker.model_runner.model_config.hf_text_config
+    if not getattr(text_config, "tie_word_embeddings", False):
+        return
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if lm_head is None or embed is None or not hasattr(lm_head, "weight") or not hasattr(embed, "weight"):
+        raise RuntimeError(
+            f"{type(model).__name__} ties its embeddings but has no model.embed_tokens / lm_head to re-tie after "
+            "a weight update"
+        )
+    lm_head.weight = embed.weight
+    quant_method = getattr(lm_head, "quant_method", None)
+    if quant_method is not None:
+        quant_method.process_weights_after_loading(lm_head)
 
 
 class _Server:
