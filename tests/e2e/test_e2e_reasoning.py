@@ -151,6 +151,7 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
     assert [r["step"] for r in records2 if "train/actor/policy_loss" in r] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_ppo_with_value_head_and_dapo_filters(
     app: ModuleType, tiny: dict[str, Any], cluster: Any, tmp_path: Path
 ) -> None:
