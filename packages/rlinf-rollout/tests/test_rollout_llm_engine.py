@@ -75,6 +75,16 @@ def _assert_logprobs_match(model: Any, prompts: list[list[int]], outs: list[Any]
         torch.testing.assert_close(torch.tensor(o.logprobs), ref, atol=1e-4, rtol=1e-4)
 
 
+def _assert_same(outs: list[Any], refs: list[Any]) -> None:
+    """Same tokens, text and finish reasons; logprobs equal up to float rounding (CPU kernels may differ in
+    the last bits between calls)."""
+    assert [(o.token_ids, o.text, o.finish_reason) for o in outs] == [
+        (r.token_ids, r.text, r.finish_reason) for r in refs
+    ]
+    for o, r in zip(outs, refs, strict=True):
+        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-5)
+
+
 # ------------------------------------------------------------------------------------------- configs
 def test_sampling_config_is_validated() -> None:
     for bad, field in [
@@ -153,7 +163,7 @@ def test_sampled_logprobs_equal_policy_logprobs_at_the_temperature(
 def test_seeded_sampling_is_reproducible(engine: HFGenerateEngine, prompts: list[list[int]]) -> None:
     sampling = SamplingConfig(max_new_tokens=8, seed=11)
     first = engine.generate(prompts, sampling)
-    assert engine.generate(prompts, sampling) == first
+    _assert_same(engine.generate(prompts, sampling), first)
     other = engine.generate(prompts, attrs_evolve(sampling, seed=12))
     assert [o.token_ids for o in other] != [o.token_ids for o in first]
 
@@ -252,7 +262,7 @@ def test_offload_onload_and_shutdown(model_dir: Path, prompts: list[list[int]]) 
     with pytest.raises(RuntimeError, match="onload"):
         eng.generate(prompts[:2], greedy)
     eng.onload()
-    assert eng.generate(prompts[:2], greedy) == ref
+    _assert_same(eng.generate(prompts[:2], greedy), ref)
     eng.shutdown()
     eng.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
