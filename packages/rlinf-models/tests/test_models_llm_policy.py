@@ -146,3 +146,19 @@ def test_rejects_bad_inputs(model_dir: Path) -> None:
         policy(ids, torch.ones_like(ids), temperature=0.0)
     with pytest.raises(ValueError, match=r"\[B, T\]"):
         policy(ids, torch.ones(2, 5, dtype=torch.long))
+
+
+def test_score_mask_scores_only_the_selected_positions(model_dir: Path) -> None:
+    policy = CausalLMPolicy(load_causal_lm(LLMModelConfig(model_path=str(model_dir))), logprob_chunk_size=3)
+    ids, mask = _batch(512, seed=4)
+    select = torch.zeros_like(mask)
+    select[:, 5:] = mask[:, 5:]
+    full = policy(ids, mask, temperature=0.7, compute_entropy=True)
+    part = policy(ids, mask, temperature=0.7, compute_entropy=True, score_mask=select)
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(part[key][select.bool()], full[key][select.bool()], rtol=1e-5, atol=1e-6)
+        assert torch.all(part[key][~select.bool()] == 0)
+    # Gradients reach the model through the selected positions only.
+    (part["logprobs"].sum()).backward()
+    grads = [p.grad for p in policy.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)

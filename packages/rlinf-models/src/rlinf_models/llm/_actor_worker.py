@@ -409,6 +409,7 @@ class LLMActorWorker(Worker):
             temperature=self.cfg.temperature,
             compute_entropy=True,
             compute_values=self.critic,
+            score_mask=mb["loss_mask"],
         )
         logprobs = out["logprobs"]
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
@@ -589,7 +590,10 @@ class LLMActorWorker(Worker):
         for s in range(0, share, mbs):
             m = lmask[s : s + mbs].to(self.device).float()
             out = self.policy(
-                ids[s : s + mbs].to(self.device), attn[s : s + mbs].to(self.device), compute_values=False
+                ids[s : s + mbs].to(self.device),
+                attn[s : s + mbs].to(self.device),
+                compute_values=False,
+                score_mask=lmask[s : s + mbs].to(self.device),
             )
             nll = -(out["logprobs"] * m).sum()
             # FSDP averages gradients over ranks: scale by W so the result is the global token mean.

@@ -55,8 +55,9 @@ def token_logprobs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each target token (and the distribution's entropy) from hidden states, chunk by chunk.
 
-    The ``[chunk, vocab]`` float32 logits exist for one chunk at a time; with autograd on, each chunk is
-    recomputed in the backward pass (activation checkpointing) so the full ``[N, vocab]`` logits are never held.
+    The ``[chunk, vocab]`` float32 logits exist for one chunk at a time; with autograd on and more than one
+    chunk, each chunk is recomputed in the backward pass (activation checkpointing) so the full ``[N, vocab]``
+    logits are never held.
 
     Args:
         hidden: ``[N, H]`` hidden states (the positions *before* the targets).
@@ -73,7 +74,12 @@ def token_logprobs_and_entropy(
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
     inv_temp = 1.0 / float(temperature)
     weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
-    use_ckpt = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    # One chunk holds at most [chunk, vocab] anyway; with several, recompute each in the backward pass.
+    use_ckpt = (
+        hidden.shape[0] > chunk_size
+        and torch.is_grad_enabled()
+        and (hidden.requires_grad or weight.requires_grad)
+    )
     lps, ents = [], []
     for start in range(0, hidden.shape[0], chunk_size):
         h = hidden[start : start + chunk_size]
@@ -133,6 +139,7 @@ class CausalLMPolicy(nn.Module):
         temperature: float = 1.0,
         compute_entropy: bool = False,
         compute_values: bool = True,
+        score_mask: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Score every token of a batch (see the module docstring for the alignment).
 
@@ -142,6 +149,8 @@ class CausalLMPolicy(nn.Module):
             temperature: Logits are divided by it before the softmax (> 0); use the rollout's temperature.
             compute_entropy: Also return ``"entropy"``.
             compute_values: Return ``"values"`` when the policy has a value head.
+            score_mask: Optional ``[B, T]``: only these positions get log-probs and entropies (the others are
+                0), which skips the vocabulary projection of e.g. prompt tokens. Values are always computed.
 
         Returns:
             ``{"logprobs": [B, T] float32, "entropy": [B, T] (if asked), "values": [B, T] (if value head)}``;
@@ -161,6 +170,14 @@ class CausalLMPolicy(nn.Module):
         ).last_hidden_state  # [B, T, H]
         prev = hidden[:, :-1].reshape(b * (t - 1), -1)
         targets = input_ids[:, 1:].reshape(-1)
+        rows = None
+        if score_mask is not None:
+            if score_mask.shape != input_ids.shape:
+                raise ValueError(
+                    f"score_mask must be [B, T] = {list(input_ids.shape)}, got {list(score_mask.shape)}"
+                )
+            rows = score_mask[:, 1:].reshape(-1).bool().nonzero().squeeze(-1)
+            prev, targets = prev[rows], targets[rows]
         lp, ent = token_logprobs_and_entropy(
             prev,
             targets,
@@ -169,6 +186,10 @@ class CausalLMPolicy(nn.Module):
             compute_entropy=compute_entropy,
             chunk_size=self.logprob_chunk_size,
         )
+        if rows is not None:
+            lp = lp.new_zeros(b * (t - 1)).index_put((rows,), lp)
+            if ent is not None:
+                ent = ent.new_zeros(b * (t - 1)).index_put((rows,), ent)
         zero_col = hidden.new_zeros((b, 1), dtype=torch.float32)
         out["logprobs"] = torch.cat([zero_col, lp.view(b, t - 1)], dim=1)
         if ent is not None:
