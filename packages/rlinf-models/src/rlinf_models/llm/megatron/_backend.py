@@ -483,23 +483,24 @@ class MegatronActorBackend:
         if alg.clip_ratio_c is not None:
             kwargs["clip_ratio_c"] = alg.clip_ratio_c
         loss, raw = policy_loss(**kwargs)
-        metrics = {k: v.detach().float() for k, v in raw.items()}
+        # clones: the pipeline schedule divides the returned loss in place by the micro-batch count
+        metrics = {k: v.detach().float().clone() for k, v in raw.items()}
         ent = self._loss_agg(entropy, mask, None)
-        metrics["actor/entropy"] = ent.detach()
+        metrics["actor/entropy"] = ent.detach().clone()
         if alg.entropy_bonus > 0:
             loss = loss - alg.entropy_bonus * ent
         if alg.kl_beta > 0:
             kl = self._loss_agg(kl_penalty(logprobs, mb["ref_logprobs"], alg.kl_penalty), mask, None)
             loss = loss + alg.kl_beta * kl
-            metrics["actor/kl_loss"] = kl.detach()
-        metrics["actor/total_loss"] = loss.detach()
+            metrics["actor/kl_loss"] = kl.detach().clone()
+        metrics["actor/total_loss"] = loss.detach().clone()
         return loss, metrics
 
     def _sft_loss(self, scale: float, mb: Mapping[str, torch.Tensor], logits: torch.Tensor):
         logprobs, _ = self._token_stats(logits, mb, entropy=False)
         nll = -(logprobs * mb["loss_mask"].float()).sum()
         # the schedule divides by the number of micro-batches; `scale` turns the sum into the global token mean
-        return nll * scale, {"sft/nll_sum": nll.detach()}
+        return nll * scale, {"sft/nll_sum": nll.detach().clone()}
 
     def _set_lr(self, *, sft: bool) -> float:
         optim = self.cfg.optim
