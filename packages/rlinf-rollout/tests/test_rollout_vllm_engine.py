@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from rlinf_models.llm import CausalLMPolicy, LLMModelConfig, load_causal_lm
 from rlinf_models.llm.testing import make_tiny_model_dir
-from rlinf_rollout.llm import SamplingConfig
+from rlinf_rollout.llm import LLMRolloutConfig, SamplingConfig, build_engine
 from rlinf_rollout.llm._vllm import VLLMEngine, VLLMServerError
 from rlinf_rollout.llm._vllm_options import VLLMOptions, default_vllm_python
 
@@ -69,7 +69,9 @@ def model_cfg(model_dir: Path) -> LLMModelConfig:
 
 @pytest.fixture(scope="module")
 def engine(model_cfg: LLMModelConfig) -> Iterator[VLLMEngine]:
-    eng = VLLMEngine(model_cfg, max_batch_size=8, seed=0, options=OPTIONS)
+    # Through the factory, as LLMRolloutWorker builds it from `rollout.engine: vllm`.
+    eng = build_engine(LLMRolloutConfig(engine="vllm", max_batch_size=8, seed=0, vllm=OPTIONS), model_cfg)
+    assert isinstance(eng, VLLMEngine)
     try:
         yield eng
     finally:

@@ -28,12 +28,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import torch
+
+try:
+    from rlinf_models.llm import resolve_model_path
+    from safetensors.torch import save_file
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f'the vLLM engine needs safetensors and transformers ({e}): pip install "rlinf-rollout[vllm]"'
+    ) from e
 
 from ._types import FinishReason, GenerationOutput, SamplingConfig
 from ._vllm_options import VLLMOptions, default_vllm_python
 
 if TYPE_CHECKING:
-    import torch
     from rlinf_models.llm import LLMModelConfig
 
 __all__ = ["VLLMEngine", "VLLMServerError"]
@@ -93,8 +101,6 @@ class VLLMEngine:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.options = options if options is not None else VLLMOptions()
         self.python = _resolve_python(self.options)
-        from rlinf_models.llm import resolve_model_path
-
         self.model_dir = resolve_model_path(model_cfg.model_path)
         tokenizer_dir = (
             resolve_model_path(model_cfg.tokenizer_path) if model_cfg.tokenizer_path else self.model_dir
@@ -125,7 +131,8 @@ class VLLMEngine:
         # Kill the server if the engine is dropped without shutdown() (e.g. a failing test).
         self._finalizer = weakref.finalize(self, _kill, self._proc, self._conn)
         try:
-            self._conn.send(("init", config))
+            with contextlib.suppress(OSError):  # a server that already died is reported just below
+                self._conn.send(("init", config))
             self.info: dict[str, Any] = self._receive(
                 "start-up (loading the model into vLLM)", self.options.startup_timeout_s, expect="ready"
             )
@@ -195,8 +202,6 @@ class VLLMEngine:
         self._check_open()
         mapped = _map_to_checkpoint(state_dict, self.weight_names)
         tensors = _prepare_tensors(mapped, self.dtype)
-        from safetensors.torch import save_file
-
         fd, name = tempfile.mkstemp(
             prefix="rlinf-vllm-weights-", suffix=".safetensors", dir=self._weights_dir()
         )
@@ -285,7 +290,7 @@ class VLLMEngine:
             try:
                 self._conn.send((op, payload))
             except OSError as e:
-                self._fail(f"sending {op!r} to the vLLM server failed ({e})")
+                self._fail(f"the vLLM server exited with code {self._exit_code()} before taking {op!r} ({e})")
             return self._receive(f"{op!r}", self.options.request_timeout_s, expect="ok")
 
     def _receive(self, what: str, timeout: float, *, expect: str) -> Any:
@@ -424,8 +429,6 @@ def _map_to_checkpoint(
 
 def _prepare_tensors(tensors: Mapping[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
     """Detached, contiguous CPU tensors (floating ones in ``dtype``), none sharing storage (safetensors)."""
-    import torch
-
     target = getattr(torch, dtype)
     seen: set[int] = set()
     out: dict[str, torch.Tensor] = {}
