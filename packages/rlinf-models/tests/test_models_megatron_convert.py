@@ -412,3 +412,14 @@ def test_left_align_and_restore() -> None:
 def test_shift_logprobs_puts_token_t_at_index_t() -> None:
     out = shift_logprobs(torch.tensor([[-1.0, -2.0]]))
     assert out.tolist() == [[0.0, -1.0, -2.0]]
+
+
+def test_backend_without_megatron_names_the_extra() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("megatron") is not None:
+        pytest.skip("megatron-core is installed here")
+    import rlinf_models.llm.megatron as mod
+
+    with pytest.raises(ImportError, match=r"rlinf-models\[megatron,hf\]"):
+        _ = mod.MegatronActorBackend

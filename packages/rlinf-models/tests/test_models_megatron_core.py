@@ -310,3 +310,22 @@ def test_backend_runs_end_to_end_on_cpu_with_cuda_redirected(tiny: Path, tmp_pat
     assert r["export_keys"] == [k for k in r["hf_keys"] if not (tied and k == "lm_head.weight")]
     assert r["exported_vs_backend"] < 0.05
     assert "model.safetensors" in r["saved_files"] and "config.json" in r["saved_files"]
+
+
+def test_megatron_worker_offers_every_method_of_the_fsdp_actor() -> None:
+    """A runner written against LLMActorWorker drives MegatronLLMActorWorker unchanged."""
+    import inspect
+
+    from rlinf_models.llm import LLMActorWorker
+    from rlinf_models.llm.megatron import MegatronLLMActorWorker
+
+    public = {
+        n
+        for n, f in vars(LLMActorWorker).items()
+        if callable(f) and not n.startswith("_") and n != "create_group"
+    }
+    assert public, "LLMActorWorker has no public methods?"
+    for name in sorted(public):
+        theirs = inspect.signature(getattr(LLMActorWorker, name))
+        ours = inspect.signature(getattr(MegatronLLMActorWorker, name))
+        assert list(ours.parameters) == list(theirs.parameters), name

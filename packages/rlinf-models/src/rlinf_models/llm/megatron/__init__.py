@@ -1,7 +1,8 @@
 """rlinf_models.llm.megatron: a Megatron-core training backend for Hugging Face Llama / Qwen2 / Qwen3 models.
 
 GPU only. The configuration, the HF ↔ Megatron weight conversion and the vocabulary-parallel log-prob math
-are pure torch and import without Megatron; :class:`MegatronActorBackend` and
+are pure torch and import without Megatron; :class:`MegatronActorBackend`,
+:class:`MegatronLLMActorWorker` (the actor group, same methods as ``LLMActorWorker``) and
 :func:`initialize_model_parallel` need ``pip install "rlinf-models[megatron,hf]"`` (megatron-core, plus
 safetensors/transformers to read the checkpoint) and CUDA, and load on first use. See ``docs/gpu_backends.md``
 for what was verified on which hardware.
@@ -35,12 +36,14 @@ from ._logprobs import (
 
 if TYPE_CHECKING:
     from ._backend import MegatronActorBackend, initialize_model_parallel
+    from ._worker import MegatronLLMActorWorker
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "HFArchitecture",
     "MegatronActorBackend",
     "MegatronConfig",
+    "MegatronLLMActorWorker",
     "aligned_token_logprobs",
     "globalize_layers",
     "gpt_model_kwargs",
@@ -60,13 +63,18 @@ __all__ = [
     "vocab_parallel_logprobs",
 ]
 
-_LAZY = {"MegatronActorBackend", "initialize_model_parallel"}
+_LAZY = {
+    "MegatronActorBackend": "._backend",
+    "initialize_model_parallel": "._backend",
+    "MegatronLLMActorWorker": "._worker",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # megatron-core loads on first use (an ImportError naming the extra when it is missing).
-    if name not in _LAZY:
+    # megatron-core (and Ray, for the worker) load on first use: an ImportError naming the extra when missing.
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'rlinf_models.llm.megatron' has no attribute {name!r}")
-    from . import _backend
+    import importlib
 
-    return getattr(_backend, name)
+    return getattr(importlib.import_module(module, __name__), name)
