@@ -232,6 +232,17 @@ def test_generate_chunks_by_max_batch_size_and_keeps_order(fake: _FakeSGLang, mo
         engine.generate([[1], []], SamplingConfig())
 
 
+def test_seeded_top_p_needs_the_pytorch_sampling_backend(fake: _FakeSGLang, model_dir: Path) -> None:
+    seeded = SamplingConfig(top_p=0.9, seed=1, max_new_tokens=1)
+    with pytest.raises(ValueError, match="sampling_backend"):
+        SGLangEngine(_model_cfg(model_dir)).generate([[1]], seeded)
+    engine = SGLangEngine(_model_cfg(model_dir), engine_kwargs={"sampling_backend": "pytorch"})
+    assert engine.generate([[1]], seeded)[0].token_ids == [2]
+    plain = SGLangEngine(_model_cfg(model_dir))  # unseeded or untruncated sampling works on any backend
+    assert plain.generate([[1]], SamplingConfig(top_p=0.9, max_new_tokens=1))[0].token_ids == [2]
+    assert plain.generate([[1]], SamplingConfig(seed=1, max_new_tokens=1))[0].token_ids == [2]
+
+
 def test_update_weights_sends_buckets_and_flushes_once(fake: _FakeSGLang, model_dir: Path) -> None:
     engine = SGLangEngine(_model_cfg(model_dir), weight_bucket_bytes=64)
     sd = {

@@ -212,6 +212,7 @@ class SGLangEngine:
         }
         kwargs |= dict(engine_kwargs or {})
         self._memory_saver = bool(kwargs["enable_memory_saver"])
+        self._sampling_backend = kwargs.get("sampling_backend")
         self._engine: Any = sglang.Engine(**kwargs)
         self._offloaded = False
         self._closed = False
@@ -222,8 +223,21 @@ class SGLangEngine:
 
         Raises:
             RuntimeError: after :meth:`shutdown`, while offloaded, or for an aborted request.
+        ValueError: for an empty prompt, or a seeded top-p / top-k request without the pytorch sampling backend.
         """
         self._check_usable()
+        truncated = sampling.top_p < 1.0 or sampling.top_k != -1
+        if (
+            sampling.seed is not None
+            and not sampling.greedy
+            and truncated
+            and self._sampling_backend != "pytorch"
+        ):
+            # SGLang's flashinfer top-k/top-p kernels assert that no per-request seed is given.
+            raise ValueError(
+                "sampling.seed with top_p < 1 or top_k != -1 needs SGLang's pytorch sampling kernels: build the "
+                "engine with engine_kwargs={'sampling_backend': 'pytorch'} (or drop the seed)"
+            )
         batch = [[int(t) for t in p] for p in prompts]
         for i, p in enumerate(batch):
             if not p:
