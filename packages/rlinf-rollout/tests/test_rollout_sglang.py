@@ -243,14 +243,28 @@ def test_seeded_top_p_needs_the_pytorch_sampling_backend(fake: _FakeSGLang, mode
     assert plain.generate([[1]], SamplingConfig(seed=1, max_new_tokens=1))[0].token_ids == [2]
 
 
-def test_update_weights_sends_buckets_and_flushes_once(fake: _FakeSGLang, model_dir: Path) -> None:
-    engine = SGLangEngine(_model_cfg(model_dir), weight_bucket_bytes=64)
-    sd = {
-        "model.embed_tokens.weight": torch.zeros(4, 4),
-        "model.norm.weight": torch.zeros(4),
-        "lm_head.weight": torch.zeros(4, 4),
-    }
-    engine.update_weights(sd)
+def _untied_copy(model_dir: Path, dest: Path) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(model_dir, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}))
+    return dest
+
+
+_SD = {
+    "model.embed_tokens.weight": torch.zeros(4, 4),
+    "model.norm.weight": torch.zeros(4),
+    "lm_head.weight": torch.zeros(4, 4),
+}
+
+
+def test_update_weights_sends_buckets_and_flushes_once(
+    fake: _FakeSGLang, model_dir: Path, tmp_path: Path
+) -> None:
+    engine = SGLangEngine(_model_cfg(_untied_copy(model_dir, tmp_path / "untied")), weight_bucket_bytes=64)
+    engine.update_weights(_SD)
     updates = [c[1] for c in fake.instances[0].calls if c[0] == "update"]
     assert updates == [
         (["model.embed_tokens.weight"], False),
@@ -259,15 +273,22 @@ def test_update_weights_sends_buckets_and_flushes_once(fake: _FakeSGLang, model_
     ]
 
 
+def test_update_weights_skips_lm_head_of_a_tied_model(fake: _FakeSGLang, model_dir: Path) -> None:
+    engine = SGLangEngine(_model_cfg(model_dir), weight_bucket_bytes=64)  # the tiny model ties its embeddings
+    engine.update_weights(_SD)
+    updates = [c[1] for c in fake.instances[0].calls if c[0] == "update"]
+    assert updates == [(["model.embed_tokens.weight"], False), (["model.norm.weight"], True)]
+
+
 def test_update_weights_surfaces_a_rejection(
     fake: _FakeSGLang, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = SGLangEngine(_model_cfg(model_dir))
     monkeypatch.setattr(
-        fake.instances[0], "update_weights_from_tensor", lambda **kw: (False, "shape mismatch for lm_head")
+        fake.instances[0], "update_weights_from_tensor", lambda **kw: (False, "shape mismatch for model.norm")
     )
-    with pytest.raises(RuntimeError, match="shape mismatch for lm_head"):
-        engine.update_weights({"lm_head.weight": torch.zeros(2, 2)})
+    with pytest.raises(RuntimeError, match=r"shape mismatch for model\.norm"):
+        engine.update_weights({"model.norm.weight": torch.zeros(2)})
 
 
 def test_offload_onload_shutdown_lifecycle(fake: _FakeSGLang, model_dir: Path) -> None:

@@ -21,6 +21,7 @@ What SGLang returns and how it maps to :class:`GenerationOutput`:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -211,6 +212,11 @@ class SGLangEngine:
             "enable_weights_cpu_backup": enable_memory_saver,
         }
         kwargs |= dict(engine_kwargs or {})
+        config = model_path / "config.json"
+        # A tied model has no separate lm_head in SGLang (it would log "not found" for every update).
+        self._tied = config.is_file() and bool(
+            json.loads(config.read_text()).get("tie_word_embeddings", False)
+        )
         self._memory_saver = bool(kwargs["enable_memory_saver"])
         self._sampling_backend = kwargs.get("sampling_backend")
         self._engine: Any = sglang.Engine(**kwargs)
@@ -261,9 +267,12 @@ class SGLangEngine:
         """Load HF-named weights into the running engine (``Engine.update_weights_from_tensor``, in buckets).
 
         Tensors go to this process's GPU first (SGLang then maps them by CUDA IPC, without a host copy); the
-        prefix cache is flushed after the last bucket.
+        prefix cache is flushed after the last bucket. ``lm_head.weight`` is not sent for a model with tied
+        embeddings (SGLang ties it to ``model.embed_tokens.weight``).
         """
         self._check_usable()
+        if self._tied:
+            state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
         buckets = _buckets(state_dict, self.weight_bucket_bytes)
         for i, bucket in enumerate(buckets):
             named = [(name, self._stage(t)) for name, t in bucket]
