@@ -279,3 +279,20 @@ def test_bad_prompts_are_rejected(engine: HFGenerateEngine) -> None:
 
 def attrs_evolve(cfg: SamplingConfig, **changes: Any) -> SamplingConfig:
     return cfg.updated(changes)
+
+
+def test_stop_check_sees_multibyte_stop_strings_spread_over_byte_tokens(engine: HFGenerateEngine) -> None:
+    from rlinf_rollout.llm._hf import _StopOnStrings
+
+    tok = engine.tokenizer
+    prompt = tok.encode("hello")
+    body = tok.encode(" so 北京大学清华大学 then")  # CJK text: several byte-level tokens per character
+    stop = "北京大学清华大学"
+    crit = _StopOnStrings(tok, (stop,), prompt_len=len(prompt), batch=1)
+    first = None
+    for n in range(1, len(body) + 1):
+        done = crit(torch.tensor([prompt + body[:n]]), None)
+        if first is None and bool(done[0]):
+            first = n - 1
+    assert first is not None and crit.stop_step == [first]
+    assert stop in tok.decode(body[: first + 1]) and stop not in tok.decode(body[:first])

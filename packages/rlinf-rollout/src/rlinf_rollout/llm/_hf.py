@@ -69,14 +69,15 @@ class _StopOnStrings(StoppingCriteria):
     """Ends a row as soon as the text of its generated tokens contains one of ``stops``.
 
     Only the last ``window`` generated tokens of the rows still running are decoded each step (one
-    ``batch_decode`` call), which covers any stop string of up to ``window - 8`` characters.
+    ``batch_decode`` call). A token holds at least one byte of text (byte-level BPE, byte-fallback
+    SentencePiece), so a window of the longest stop string's UTF-8 length plus a margin covers it.
     """
 
     def __init__(self, tokenizer: Any, stops: Sequence[str], prompt_len: int, batch: int) -> None:
         self.tokenizer = tokenizer
         self.stops = tuple(stops)
         self.prompt_len = prompt_len
-        self.window = max(len(s) for s in self.stops) + 8
+        self.window = max(len(s.encode("utf-8")) for s in self.stops) + 8
         self.stop_step = [-1] * batch  # index of the generated token that completed a stop string
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
