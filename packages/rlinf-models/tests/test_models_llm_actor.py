@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import torch
 
@@ -235,3 +237,36 @@ def test_batch_validation(model_dir: Path) -> None:
         actor.run_sft({**batch, "loss_mask": torch.zeros_like(batch["loss_mask"])})
     numpy_batch = {k: v.numpy() for k, v in batch.items()}  # numpy arrays are accepted too
     assert actor.compute_logprobs(numpy_batch)["logprobs"].shape == batch["input_ids"].shape
+
+
+def test_gradient_checkpointing_makes_the_same_update(model_dir: Path) -> None:
+    batch = make_batch(seed=7)
+    plain = local_actor(actor_cfg(model_dir), GRPO)
+    cfg = actor_cfg(model_dir)
+    ckpt = local_actor(attrs.evolve(cfg, model=attrs.evolve(cfg.model, gradient_checkpointing=True)), GRPO)
+    assert ckpt.policy.model.is_gradient_checkpointing and not plain.policy.model.is_gradient_checkpointing
+    mp, mc = plain.run_training(batch), ckpt.run_training(batch)
+    assert mc["actor/grad_norm"] == pytest.approx(mp["actor/grad_norm"], rel=1e-4)
+    sp, sc = state(plain), state(ckpt)
+    for key in sp:
+        torch.testing.assert_close(sc[key], sp[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_bfloat16_weights_train_and_offload_is_a_cpu_no_op(model_dir: Path) -> None:
+    cfg = actor_cfg(model_dir, add_value_head=True, enable_offload=True)
+    cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype="bfloat16"))
+    alg = AlgorithmConfig(adv_type="gae", loss_type="actor_critic", update_epoch=1)
+    actor = local_actor(cfg, alg)
+    assert (
+        actor.policy.model.dtype == torch.bfloat16 and actor.policy.value_head.weight.dtype == torch.float32
+    )
+    batch = make_batch(seed=8)
+    batch["returns"] = batch["advantages"].clone()
+    before = actor.compute_logprobs(batch)
+    assert before["logprobs"].dtype == torch.float32
+    actor.offload()
+    metrics = actor.run_training(batch)
+    actor.onload()
+    assert math.isfinite(metrics["actor/policy_loss"]) and math.isfinite(metrics["critic/value_loss"])
+    after = actor.compute_logprobs(batch)
+    assert not torch.equal(after["logprobs"], before["logprobs"])

@@ -172,7 +172,11 @@ def load_causal_lm(
         path, dtype=torch_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation, **kwargs
     )
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if device is not None:
         model = model.to(device)
