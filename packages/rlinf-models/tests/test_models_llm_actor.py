@@ -244,7 +244,9 @@ def test_gradient_checkpointing_makes_the_same_update(model_dir: Path) -> None:
     plain = local_actor(actor_cfg(model_dir), GRPO)
     cfg = actor_cfg(model_dir)
     ckpt = local_actor(attrs.evolve(cfg, model=attrs.evolve(cfg.model, gradient_checkpointing=True)), GRPO)
-    assert ckpt.policy.model.is_gradient_checkpointing and not plain.policy.model.is_gradient_checkpointing
+    assert (
+        ckpt.policy.model.is_activation_checkpointing and not plain.policy.model.is_activation_checkpointing
+    )
     mp, mc = plain.run_training(batch), ckpt.run_training(batch)
     assert mc["actor/grad_norm"] == pytest.approx(mp["actor/grad_norm"], rel=1e-4)
     sp, sc = state(plain), state(ckpt)
