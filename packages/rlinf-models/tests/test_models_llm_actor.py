@@ -116,7 +116,9 @@ def test_on_policy_shortcut_equals_recomputed_old_logprobs(model_dir: Path) -> N
     a = local_actor(actor_cfg(model_dir), GRPO)
     b = local_actor(actor_cfg(model_dir), GRPO)
     ma = a.run_training(batch)  # single optimizer step: old log-probs = detached current ones
-    mb = b.run_training({**batch, "old_logprobs": b.compute_logprobs(batch)["logprobs"]})
+    old = b.compute_logprobs(batch)["logprobs"]
+    mb = b.run_training({**batch, "old_logprobs": old, "rollout_logprobs": old + 0.5 * batch["loss_mask"]})
+    assert mb["actor/rollout_logprob_diff"] == pytest.approx(0.5, abs=1e-6)
     assert ma["actor/policy_loss"] == pytest.approx(mb["actor/policy_loss"], abs=1e-6)
     sa, sb = state(a), state(b)
     for key in sa:

@@ -442,6 +442,11 @@ class LLMActorWorker(Worker):
             (sums if key.startswith(_EV_PREFIX) else metrics)[key] = float(val)
         entropy = self._loss_agg(out["entropy"], mask, None)
         metrics["actor/entropy"] = float(entropy.detach())
+        if "rollout_logprobs" in mb and bool(mask.any()):
+            # Trainer-vs-rollout mismatch of the behaviour log-probs (0 up to float error when both agree).
+            metrics["actor/rollout_logprob_diff"] = float(
+                (old.detach() - mb["rollout_logprobs"]).abs()[mask].mean()
+            )
         if alg.entropy_bonus > 0:
             loss = loss - alg.entropy_bonus * entropy
         if alg.kl_beta > 0:
@@ -533,10 +538,6 @@ class LLMActorWorker(Worker):
         self.train_steps += 1
         self.version += 1
         out = {k: sums[k] / counts[k] for k in sorted(sums)}
-        if "rollout_logprobs" in b and "old_logprobs" in b:
-            m = b["loss_mask"].bool()
-            diff = (b["old_logprobs"] - b["rollout_logprobs"]).abs()[m]
-            out["actor/rollout_logprob_diff"] = float(diff.mean()) if diff.numel() else 0.0
         if self.distributed:  # every rank ran the same number of micro-batches: the mean of means is global
             keys = list(out)
             total = self._all_reduce_sum(torch.tensor([out[k] for k in keys], dtype=torch.float64))
