@@ -37,15 +37,16 @@ class _LogprobRecorder(LogitsProcessor):
     """
 
     def __init__(self, temperature: float) -> None:
-        self.inv_temperature = 1.0 / temperature
+        self.temperature = temperature
         self.prev: torch.Tensor | None = None  # [B, V] scaled logits of the last step
         self.steps: list[torch.Tensor] = []  # [B] logprob of each generated token
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prev is not None:
             self.steps.append(self._gather(input_ids[:, -1]))
-        if self.inv_temperature != 1.0:
-            scores = scores * self.inv_temperature  # type: ignore[assignment]
+        if self.temperature != 1.0:
+            # Divided exactly as transformers' TemperatureLogitsWarper does: same samples as raw generate().
+            scores = scores / self.temperature  # type: ignore[assignment]
         self.prev = scores
         return scores
 
