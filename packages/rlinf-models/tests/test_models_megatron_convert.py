@@ -131,17 +131,11 @@ def test_parse_hf_config_reads_transformers5_and_4_rope_keys() -> None:
     assert parse_hf_config(QWEN3).qk_layernorm
 
 
-def test_parse_hf_config_reads_a_tiny_checkpoint_dir(tmp_path: Path) -> None:
-    from rlinf_models.llm.testing import make_tiny_model_dir
+def test_parse_hf_config_reads_a_checkpoint_dir_or_file(tmp_path: Path) -> None:
+    import json
 
-    path = make_tiny_model_dir(tmp_path / "m", arch="llama", hidden_size=32, num_layers=1, vocab_size=320)
-    arch = parse_hf_config(path)
-    assert (arch.model_type, arch.hidden_size, arch.num_layers, arch.tie_word_embeddings) == (
-        "llama",
-        32,
-        1,
-        True,
-    )
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    assert parse_hf_config(tmp_path) == parse_hf_config(tmp_path / "config.json") == parse_hf_config(LLAMA)
 
 
 @pytest.mark.parametrize(
@@ -259,12 +253,14 @@ def test_missing_and_unmapped_tensors_are_named() -> None:
         megatron_to_hf(mg, arch)
 
 
-@pytest.mark.parametrize("cfg", [QWEN2, LLAMA], ids=["qwen2-tied", "llama-untied"])
-@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (4, 2), (2, 2), (1, 2)])
+@pytest.mark.parametrize(
+    ("cfg", "tp", "pp"),
+    [(QWEN2, tp, pp) for tp, pp in [(1, 1), (2, 1), (4, 2), (2, 2), (1, 2), (4, 4)]]
+    + [(LLAMA, tp, pp) for tp, pp in [(1, 1), (2, 1), (2, 2), (1, 2)]],
+    ids=lambda v: v["model_type"] if isinstance(v, dict) else str(v),
+)
 def test_tp_pp_shard_then_merge_round_trips(cfg: dict, tp: int, pp: int) -> None:
     arch = parse_hf_config(cfg)
-    if arch.num_layers % pp or arch.num_key_value_heads % tp:
-        pytest.skip("layout does not divide this model")
     hf = _hf_state_dict(cfg)
     full = hf_to_megatron(hf, arch, padded_vocab=padded_vocab_size(arch.vocab_size, tensor_parallel_size=tp))
     stages = []
