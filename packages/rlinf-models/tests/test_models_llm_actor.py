@@ -221,7 +221,11 @@ def test_save_hf_exports_a_loadable_checkpoint(model_dir: Path, tmp_path: Path) 
     with torch.no_grad():
         got = CausalLMPolicy(model)(batch["input_ids"], batch["attention_mask"], temperature=0.9)["logprobs"]
     expected = actor.compute_logprobs(batch)["logprobs"]
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    scored = batch["loss_mask"].bool()  # compute_logprobs scores the loss-mask positions only
+    torch.testing.assert_close(got[scored], expected[scored], rtol=1e-5, atol=1e-5)
+    assert torch.all(expected[~scored] == 0)
+    no_mask = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    torch.testing.assert_close(got, actor.compute_logprobs(no_mask)["logprobs"], rtol=1e-5, atol=1e-5)
     # The weight-sync state dict has exactly the HF model's keys.
     assert set(actor._hf_state()) == set(model.state_dict())
 

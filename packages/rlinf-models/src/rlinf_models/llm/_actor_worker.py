@@ -263,7 +263,13 @@ class LLMActorWorker(Worker):
         return out
 
     def _score(
-        self, policy: CausalLMPolicy, ids: torch.Tensor, mask: torch.Tensor, *, values: bool
+        self,
+        policy: CausalLMPolicy,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        values: bool,
+        score_mask: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """No-grad log-probs (and values) of ``ids`` in micro-batches on this rank."""
         mbs = self.cfg.micro_batch_size
@@ -276,6 +282,7 @@ class LLMActorWorker(Worker):
                     mask[s : s + mbs].to(self.device),
                     temperature=self.cfg.temperature,
                     compute_values=values,
+                    score_mask=None if score_mask is None else score_mask[s : s + mbs].to(self.device),
                 )
                 lps.append(out["logprobs"].float())
                 if values:
@@ -305,7 +312,9 @@ class LLMActorWorker(Worker):
             n - 1
         )  # pad: repeat the last row
         ids_l, mask_l = ids[rows], mask[rows]
-        out = self._score(self.policy, ids_l, mask_l, values=values)
+        # Only loss-mask positions are ever used: skip the vocabulary projection elsewhere.
+        sel = b["loss_mask"][rows] if "loss_mask" in b else None
+        out = self._score(self.policy, ids_l, mask_l, values=values, score_mask=sel)
         result = {"logprobs": self._gather_rows(out["logprobs"], n)}
         if values:
             result["values"] = self._gather_rows(out["values"], n)
@@ -313,7 +322,7 @@ class LLMActorWorker(Worker):
             if self.ref_policy is None:
                 raise RuntimeError("no reference model: set algorithm.kl_beta (or reinpp_kl_beta) > 0")
             result["ref_logprobs"] = self._gather_rows(
-                self._score(self.ref_policy, ids_l, mask_l, values=False)["logprobs"], n
+                self._score(self.ref_policy, ids_l, mask_l, values=False, score_mask=sel)["logprobs"], n
             )
         return result
 
@@ -381,7 +390,9 @@ class LLMActorWorker(Worker):
         """Score the batch with the current weights (no gradient); call on every rank with the same batch.
 
         Args:
-            batch: ``input_ids [N, T]`` and ``attention_mask [N, T]`` (other keys ignored).
+            batch: ``input_ids [N, T]`` and ``attention_mask [N, T]``; with ``loss_mask [N, T]`` only those
+                positions are scored (log-probs elsewhere are 0; values are computed everywhere). Other keys
+                are ignored.
 
         Returns:
             On every rank, CPU float32 ``[N, T]`` tensors: ``"logprobs"`` (at ``actor.temperature``),
