@@ -225,7 +225,12 @@ def test_save_hf_exports_a_loadable_checkpoint(model_dir: Path, tmp_path: Path) 
     torch.testing.assert_close(got[scored], expected[scored], rtol=1e-5, atol=1e-5)
     assert torch.all(expected[~scored] == 0)
     no_mask = {k: batch[k] for k in ("input_ids", "attention_mask")}
-    torch.testing.assert_close(got, actor.compute_logprobs(no_mask)["logprobs"], rtol=1e-5, atol=1e-5)
+    attn = batch["attention_mask"].bool()
+    real = attn & torch.roll(attn, 1, dims=1)  # a token with a real token before it
+    real[:, 0] = False
+    torch.testing.assert_close(
+        got[real], actor.compute_logprobs(no_mask)["logprobs"][real], rtol=1e-5, atol=1e-5
+    )
     # The weight-sync state dict has exactly the HF model's keys.
     assert set(actor._hf_state()) == set(model.state_dict())
 
@@ -278,3 +283,35 @@ def test_bfloat16_weights_train_and_offload_is_a_cpu_no_op(model_dir: Path) -> N
     assert math.isfinite(metrics["actor/policy_loss"]) and math.isfinite(metrics["critic/value_loss"])
     after = actor.compute_logprobs(batch)
     assert not torch.equal(after["logprobs"], before["logprobs"])
+
+
+def test_all_padding_columns_change_nothing(model_dir: Path) -> None:
+    """Extra left/right padding columns (e.g. a batch padded to a longer width) give the same update."""
+    alg = AlgorithmConfig(adv_type="gae", loss_type="actor_critic", update_epoch=2, kl_beta=0.1)
+    batch = make_batch(seed=9)
+    batch["returns"] = batch["advantages"] * 0.3
+    left, right = 3, 4
+
+    def widen(x: torch.Tensor, fill: int) -> torch.Tensor:
+        n = x.shape[0]
+        return torch.cat(
+            [torch.full((n, left), fill, dtype=x.dtype), x, torch.full((n, right), fill, dtype=x.dtype)], 1
+        )
+
+    wide = {k: widen(v, 2 if k == "input_ids" else 0) for k, v in batch.items()}
+    a = local_actor(actor_cfg(model_dir, add_value_head=True), alg)
+    b = local_actor(actor_cfg(model_dir, add_value_head=True), alg)
+    xa, xb = a.compute_logprobs(batch), b.compute_logprobs(wide)
+    for key in xa:
+        torch.testing.assert_close(xb[key][:, left:-right], xa[key], rtol=1e-5, atol=1e-6, msg=key)
+        assert torch.all(xb[key][:, :left] == 0) and torch.all(xb[key][:, -right:] == 0)
+    ma, mb = a.run_training(batch), b.run_training(wide)
+    assert ma.keys() == mb.keys()
+    for key in ma:
+        assert mb[key] == pytest.approx(ma[key], rel=1e-4, abs=1e-6), key
+    sa, sb = state(a), state(b)
+    for key in sa:
+        torch.testing.assert_close(sb[key], sa[key], rtol=1e-4, atol=1e-6, msg=key)
+    sft = {k: wide[k] for k in ("input_ids", "attention_mask", "loss_mask")}
+    narrow = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
+    assert b.run_sft(sft)["sft/loss"] == pytest.approx(a.run_sft(narrow)["sft/loss"], rel=1e-5)

@@ -104,6 +104,22 @@ def _hf_keys(state: Mapping[str, torch.Tensor], policy: CausalLMPolicy) -> dict[
     return out
 
 
+def _live_columns(attention_mask: torch.Tensor) -> slice:
+    """Columns ``[lo, hi)`` holding a token in some row (at least 2): the rest is padding in every row.
+
+    Dropping all-padding columns at both ends changes no score of a real token (positions come from the mask,
+    attention is causal and masked), and saves the compute and activation memory of the padding.
+    """
+    t = attention_mask.shape[1]
+    cols = attention_mask.bool().any(0).nonzero().squeeze(-1)
+    if cols.numel() == 0:
+        return slice(0, t)
+    lo, hi = int(cols[0]), int(cols[-1]) + 1
+    if hi - lo < 2:
+        lo, hi = (lo, lo + 2) if lo + 2 <= t else (t - 2, t)
+    return slice(lo, hi)
+
+
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
@@ -277,16 +293,23 @@ class LLMActorWorker(Worker):
         policy.eval()
         with torch.no_grad():
             for s in range(0, ids.shape[0], mbs):
+                cols = _live_columns(mask[s : s + mbs])
+                sel = None if score_mask is None else score_mask[s : s + mbs, cols].to(self.device)
                 out = policy(
-                    ids[s : s + mbs].to(self.device),
-                    mask[s : s + mbs].to(self.device),
+                    ids[s : s + mbs, cols].to(self.device),
+                    mask[s : s + mbs, cols].to(self.device),
                     temperature=self.cfg.temperature,
                     compute_values=values,
-                    score_mask=None if score_mask is None else score_mask[s : s + mbs].to(self.device),
+                    score_mask=sel,
                 )
-                lps.append(out["logprobs"].float())
+                rows = min(mbs, ids.shape[0] - s)
+                lp = out["logprobs"].new_zeros((rows, ids.shape[1]))
+                lp[:, cols] = out["logprobs"].float()
+                lps.append(lp)
                 if values:
-                    vals.append(out["values"].float())
+                    v = lp.new_zeros((rows, ids.shape[1]))
+                    v[:, cols] = out["values"].float()
+                    vals.append(v)
         if self.distributed:
             # FSDP2 keeps the root unit unsharded after a forward (it expects the backward next); without one,
             # reshard explicitly so state-dict calls see sharded parameters again.
@@ -535,7 +558,8 @@ class LLMActorWorker(Worker):
                 self.optimizer.zero_grad(set_to_none=True)
                 for k in range(accum):
                     sel = local[k * mbs : (k + 1) * mbs]
-                    mb = {key: val[sel].to(self.device) for key, val in b.items()}
+                    cols = _live_columns(b["attention_mask"][sel])
+                    mb = {key: val[sel][:, cols].to(self.device) for key, val in b.items()}
                     loss, metrics, stats = self._micro_loss(mb, on_policy=on_policy)
                     (loss / accum).backward()
                     for key, val in metrics.items():
@@ -600,12 +624,13 @@ class LLMActorWorker(Worker):
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = torch.zeros((), dtype=torch.float64)
         for s in range(0, share, mbs):
-            m = lmask[s : s + mbs].to(self.device).float()
+            cols = _live_columns(attn[s : s + mbs])
+            m = lmask[s : s + mbs, cols].to(self.device).float()
             out = self.policy(
-                ids[s : s + mbs].to(self.device),
-                attn[s : s + mbs].to(self.device),
+                ids[s : s + mbs, cols].to(self.device),
+                attn[s : s + mbs, cols].to(self.device),
                 compute_values=False,
-                score_mask=lmask[s : s + mbs].to(self.device),
+                score_mask=m,
             )
             nll = -(out["logprobs"] * m).sum()
             # FSDP averages gradients over ranks: scale by W so the result is the global token mean.
