@@ -2,7 +2,7 @@
 
 Configs, the result type and the engine protocol import without torch or transformers; the engines and the
 worker load on first use (``HFGenerateEngine`` needs ``rlinf-rollout[hf]``, ``VLLMEngine``
-``rlinf-rollout[vllm]``).
+``rlinf-rollout[vllm]``, ``SGLangEngine`` SGLang on a GPU).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from ._vllm_options import VLLMOptions
 
 if TYPE_CHECKING:
     from ._hf import HFGenerateEngine
+    from ._sglang import SGLangEngine
     from ._vllm import VLLMEngine
     from ._worker import LLMRolloutWorker, shard_bounds
 
@@ -25,6 +26,7 @@ __all__ = [
     "HFGenerateEngine",
     "LLMRolloutConfig",
     "LLMRolloutWorker",
+    "SGLangEngine",
     "SamplingConfig",
     "VLLMEngine",
     "VLLMOptions",
@@ -35,6 +37,7 @@ __all__ = [
 _LAZY = {
     "HFGenerateEngine": "._hf",
     "VLLMEngine": "._vllm",
+    "SGLangEngine": "._sglang",
     "LLMRolloutWorker": "._worker",
     "shard_bounds": "._worker",
 }
