@@ -315,3 +315,15 @@ def test_all_padding_columns_change_nothing(model_dir: Path) -> None:
     sft = {k: wide[k] for k in ("input_ids", "attention_mask", "loss_mask")}
     narrow = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
     assert b.run_sft(sft)["sft/loss"] == pytest.approx(a.run_sft(narrow)["sft/loss"], rel=1e-5)
+
+
+def test_non_finite_loss_skips_the_optimizer_step(model_dir: Path) -> None:
+    actor = local_actor(actor_cfg(model_dir), GRPO)
+    batch = make_batch(seed=10)
+    col = int(batch["loss_mask"][0].nonzero()[0, 0])
+    batch["advantages"][0, col] = float("nan")  # e.g. a broken reward: NaN gradients
+    before = state(actor)
+    metrics = actor.run_training(batch)
+    assert math.isnan(metrics["actor/grad_norm"]) and metrics["actor/skipped_steps"] == 1.0
+    after = state(actor)
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the weights are untouched

@@ -214,6 +214,7 @@ class LLMActorWorker(Worker):
         self.train_steps = 0
         self.sft_steps = 0
         self.optimizer_steps = 0
+        self.skipped_steps = 0
         self.version = 0
         self._loss_agg = get_loss_agg_func(algorithm.loss_agg_func)
         self._rollout_world_sizes: dict[str, int] = {}
@@ -399,6 +400,13 @@ class LLMActorWorker(Worker):
         norm = nn.utils.clip_grad_norm_(self.policy.parameters(), clip if clip is not None else math.inf)
         full = getattr(norm, "full_tensor", None)  # FSDP2: a replicated DTensor
         grad_norm = float(full() if callable(full) else norm)
+        if not math.isfinite(grad_norm):
+            # NaN/inf gradients (e.g. from a NaN advantage) must not reach the weights: skip this step on every
+            # rank (the norm is global, so all ranks agree).
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            self.log_warning("non-finite gradient norm (%s): optimizer step skipped", grad_norm)
+            return grad_norm
         self.optimizer.step()
         self.optimizer_steps += 1
         return grad_norm
@@ -521,7 +529,8 @@ class LLMActorWorker(Worker):
             Global metrics: ``actor/policy_loss``, ``actor/clip_fraction``, ``actor/approx_kl``, ``actor/ratio``,
             ``actor/entropy``, ``actor/kl_loss`` (KL on), ``actor/total_loss``, ``actor/grad_norm``, ``actor/lr``,
             ``actor/rollout_logprob_diff`` (with ``rollout_logprobs``), ``critic/value_loss`` and
-            ``critic/explained_variance`` (critic losses), ``actor/num_optimizer_steps``.
+            ``critic/explained_variance`` (critic losses), ``actor/num_optimizer_steps``,
+            ``actor/skipped_steps`` (total optimizer steps skipped for a non-finite gradient norm).
         """
         alg = self.algorithm
         required = ("input_ids", "attention_mask", "loss_mask", "advantages")
@@ -585,6 +594,7 @@ class LLMActorWorker(Worker):
             )
         out["actor/lr"] = lr
         out["actor/num_optimizer_steps"] = float(steps)
+        out["actor/skipped_steps"] = float(self.skipped_steps)
         if self.cfg.enable_offload:
             self.offload()
         return out
