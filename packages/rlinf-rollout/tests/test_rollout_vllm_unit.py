@@ -7,9 +7,12 @@ start-up handshake, crash reports with the log tail and timeouts are exercised w
 from __future__ import annotations
 
 import stat
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -147,6 +150,34 @@ def test_startup_timeout_kills_the_server(tmp_path: Path) -> None:
     assert not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid)
 
 
+def test_server_dies_with_the_engine_process(tmp_path: Path) -> None:
+    # A stand-in `vllm` whose import blocks: the server is "loading the model" when its engine's process dies.
+    fake = tmp_path / "fake" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import time\ntime.sleep(120)\n")
+    # The owner launches the server as VLLMEngine does (inherited socket, own session), sends `init`, and waits.
+    code = (
+        "import os, socket, subprocess, sys, time\n"
+        "from multiprocessing.connection import Connection\n"
+        "ours, theirs = socket.socketpair()\n"
+        f"env = dict(os.environ, PYTHONPATH={str(fake.parent)!r})\n"
+        f"subprocess.Popen([sys.executable, {str(SERVER_SCRIPT)!r}, '--fd', str(theirs.fileno())],\n"
+        "    pass_fds=(theirs.fileno(),), env=env, start_new_session=True)\n"
+        "Connection(ours.detach()).send(('init', {}))\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        server = _wait_for(lambda: _child_running(owner.pid, "_vllm_server.py"), 60, "the server to start")
+        time.sleep(1.0)  # let it reach `import vllm`
+        owner.kill()
+        owner.wait(timeout=10)
+        _wait_for(lambda: not _alive(server), 20, "the orphaned server to exit")
+    finally:
+        owner.kill()
+        owner.wait(timeout=10)
+
+
 def test_server_script_imports_only_stdlib_at_top() -> None:
     # The server runs in vLLM's environment, where RLinf's packages are not installed.
     source = SERVER_SCRIPT.read_text()
@@ -159,6 +190,34 @@ def _has_module(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def _wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _child_running(ppid: int, needle: str) -> int | None:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == ppid and needle in cmdline:
+            return int(proc.name)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    return "zombie" not in _proc_state(pid)
 
 
 def _proc_state(pid: int) -> str:

@@ -19,8 +19,11 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import socket
 import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -241,6 +244,25 @@ def _serve(conn: Connection) -> int:
         server.close()
 
 
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """Kill this process group (the server and vLLM's processes) as soon as the engine's process is gone.
+
+    The engine starts the server as the leader of its own process group. A server busy loading the model or
+    generating would notice a dead engine only at its next socket read, so a daemon thread watches the parent.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:  # re-parented: the engine's process died
+                if os.getpgid(0) == os.getpid():  # group leader (started by the engine): take vLLM along
+                    os.killpg(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="rlinf-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve one engine over the inherited socket ``--fd``; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -250,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     # (cloudpickle) on the channel between vLLM's own local processes; vLLM refuses that unless this is set.
     # Set before vLLM starts its processes, which inherit it.
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    _exit_with_parent()
     sock = socket.socket(fileno=args.fd)
     conn = Connection(sock.detach())
     try:
