@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def _episode(prompt: list[int], answer: str, *, error: bool, sample: int) -> dic
     mask = [0] * p + [1, 1, 1, 0, 0, 1, 1]
     lps = [0.0] * p + [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5]
     turns = [
-        {"start": p, "end": p + 3, "num_errors": int(error)},
+        {"start": p, "end": p + 3, "num_errors": int(error), "text": "CALL"},
         {"start": p + 5, "end": p + 7, "num_errors": 0},
     ]
     return {
@@ -235,6 +236,8 @@ def test_runner_trains_model_turns_only_with_per_turn_advantages(tmp_path: Path,
     assert [r["step"] for r in evals] == [0, 1, 2]
     assert all(r["eval/num_episodes"] == 3 for r in evals)
     assert "eval/success_rate_calc" in evals[0] and "eval/success_rate_search" in evals[0]
+    dumped = (tmp_path / "episodes" / "eval_step2.jsonl").read_text().splitlines()
+    assert len(dumped) == 3 and json.loads(dumped[0])["turns"][0]["text"] is not None
     train = [r for r in records if "train/loss" in r]
     assert len(train) == 2 and all(r["rollout/success_rate"] == 0.5 for r in train)
     assert all(r["rollout/num_episodes"] == 4 and r["rollout/tool_calls_mean"] == 1 for r in train)

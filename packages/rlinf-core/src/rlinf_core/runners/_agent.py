@@ -24,6 +24,7 @@ training row (prompt + every turn + every tool response); tool responses have ``
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -267,6 +268,7 @@ class AgentRunner(ReasoningRunner):
             [e["response_text"] for e in episodes], [x.answers for x in self.eval_data]
         )
         kinds = [str(x.extra.get("kind", "task")) for x in self.eval_data]
+        self._dump_episodes(f"{prefix}_step{self.global_step}", episodes, correct, kinds)
         metrics = self.episode_metrics(episodes, correct, prefix, kinds)
         metrics[f"{prefix}/accuracy"] = metrics[f"{prefix}/success_rate"]
         metrics[f"{prefix}/reward_mean"] = _mean(rewards)
@@ -277,6 +279,26 @@ class AgentRunner(ReasoningRunner):
             self.last_eval = metrics
             self._last_eval_step = self.global_step
         return metrics
+
+    def _dump_episodes(
+        self, name: str, episodes: Sequence[Mapping[str, Any]], correct: Sequence[bool], kinds: Sequence[str]
+    ) -> None:
+        """Write the episodes' texts to ``<log_path>/episodes/<name>.jsonl`` (to read what the agent did)."""
+        out_dir = self.log_path / "episodes"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for e, ok, kind in zip(episodes, correct, kinds, strict=True):
+            turns = [
+                {
+                    "text": t.get("text"),
+                    "tool_calls": t.get("tool_calls"),
+                    "tool_responses": t.get("tool_responses"),
+                }
+                for t in e["turns"]
+            ]
+            row = {"kind": kind, "correct": bool(ok), "answer": e.get("answer"), "finish": e["finish_reason"]}
+            lines.append(json.dumps({**row, "turns": turns}, ensure_ascii=False))
+        (out_dir / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     # ----------------------------------------------------------------------------------------------- SFT
     def demonstrations(self) -> list[dict[str, Any]]:
