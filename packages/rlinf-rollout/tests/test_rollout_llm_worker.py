@@ -48,101 +48,88 @@ def cluster() -> Iterator[Any]:
         c.shutdown()
 
 
-def _fake_actor_cls() -> type:
-    from rlinf_models.llm import CausalLMPolicy, load_causal_lm
-    from rlinf_scheduler import Worker
-
-    class FakeActor(Worker):
-        """Actor stand-in: a CausalLMPolicy (with a value head) that perturbs and broadcasts its weights."""
-
-        def __init__(self, model_path: str) -> None:
-            torch.set_num_threads(1)
-            model = load_causal_lm(LLMModelConfig(model_path=model_path))
-            self.policy = CausalLMPolicy(model, add_value_head=True)
-
-        def perturb(self, seed: int) -> None:
-            gen = torch.Generator().manual_seed(seed)
-            with torch.no_grad():
-                for p in self.policy.parameters():
-                    p.add_(0.5 * torch.randn(p.shape, generator=gen))
-
-        def push(self, rollout_group: str, version: int, world_size: int) -> int:
-            state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
-            self.broadcast(
-                {"version": version, "state_dict": state},
-                [(self.group_name, 0), (rollout_group, list(range(world_size)))],
-                src=(self.group_name, 0),
-                timeout=60,
-            )
-            return version
-
-        def logprobs(self, outputs: list[dict[str, Any]], temperature: float) -> list[list[float]]:
-            """Logprobs of each output's tokens on the actor's layout (prompts left-, responses right-padded)."""
-            width = max(len(o["prompt_token_ids"]) for o in outputs)
-            resp = max(len(o["token_ids"]) for o in outputs)
-            ids = torch.zeros((len(outputs), width + resp), dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for r, o in enumerate(outputs):
-                p, t = o["prompt_token_ids"], o["token_ids"]
-                ids[r, width - len(p) : width + len(t)] = torch.tensor(p + t)
-                mask[r, width - len(p) : width + len(t)] = 1
-            with torch.no_grad():
-                lp = self.policy(ids, mask, temperature=temperature)["logprobs"]
-            return [lp[r, width : width + len(o["token_ids"])].tolist() for r, o in enumerate(outputs)]
-
-    return FakeActor
-
-
 def _concat(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [o for part in parts for o in part]
 
 
+def _training_batch(outputs: list[dict[str, Any]], advantages: list[float]) -> dict[str, torch.Tensor]:
+    """The actor's batch layout: prompts left-padded to end at column P, responses right-padded after it."""
+    width = max(len(o["prompt_token_ids"]) for o in outputs)
+    resp = max(len(o["token_ids"]) for o in outputs)
+    ids = torch.zeros((len(outputs), width + resp), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    loss_mask = torch.zeros_like(ids)
+    for r, o in enumerate(outputs):
+        p, t = o["prompt_token_ids"], o["token_ids"]
+        ids[r, width - len(p) : width + len(t)] = torch.tensor(p + t)
+        mask[r, width - len(p) : width + len(t)] = 1
+        loss_mask[r, width : width + len(t)] = 1
+    adv = torch.tensor(advantages, dtype=torch.float32)[:, None] * loss_mask.float()
+    return {"input_ids": ids, "attention_mask": mask, "loss_mask": loss_mask, "advantages": adv}
+
+
 @pytest.mark.ray
-def test_rollout_generates_with_the_weights_the_actor_broadcasts(cluster: Any, model_dir: Path) -> None:
+def test_rollout_ranks_generate_with_the_weights_of_an_actor_step(cluster: Any, model_dir: Path) -> None:
+    from rlinf_core.config import AlgorithmConfig
+    from rlinf_models import OptimConfig
+    from rlinf_models.llm import LLMActorConfig, LLMActorWorker
     from rlinf_rollout.llm import LLMRolloutWorker
     from rlinf_scheduler import NodePlacementStrategy
     from transformers import AutoTokenizer
 
+    temperature = 0.9
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tokenizer.encode(t) for t in TEXTS]
     model_cfg = LLMModelConfig(model_path=str(model_dir))
-    cfg = LLMRolloutConfig(max_batch_size=2, sampling=SamplingConfig(max_new_tokens=8), enable_offload=True)
-    actor = (
-        _fake_actor_cls()
-        .create_group(str(model_dir))
-        .launch(cluster, NodePlacementStrategy([0]), name="actor")
+    actor_cfg = LLMActorConfig(
+        model=model_cfg,
+        optim=OptimConfig(lr=5e-2, clip_grad=1.0),
+        global_batch_size=4,
+        micro_batch_size=2,
+        temperature=temperature,  # the actor scores tokens as the rollout samples them
+        torch_num_threads=1,
     )
-    rollout = LLMRolloutWorker.create_group(cfg, model_cfg).launch(
-        cluster, NodePlacementStrategy([0, 0]), name="rollout"
+    algorithm = AlgorithmConfig(adv_type="grpo", loss_type="actor", update_epoch=1)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=6, seed=0)
+    rollout_cfg = LLMRolloutConfig(max_batch_size=2, sampling=sampling, enable_offload=True)
+    actor = LLMActorWorker.create_group(actor_cfg, algorithm).launch(
+        cluster, NodePlacementStrategy([0]), name="llm_actor"
     )
+    rollout = LLMRolloutWorker.create_group(rollout_cfg, model_cfg).launch(
+        cluster, NodePlacementStrategy([0, 0]), name="llm_rollout"
+    )
+    greedy = {"temperature": 0}
     try:
         assert rollout.get_model_version().wait(timeout=120) == [-1, -1]
-        greedy = {"temperature": 0}
         parts = rollout.generate(prompts, greedy).wait(timeout=120)
-        assert [len(p) for p in parts] == [3, 2]  # contiguous shares of the 5 prompts
+        assert [len(p) for p in parts] == [3, 2]  # contiguous shares of the 5 prompts, in rank order
         before = _concat(parts)
         assert [o["prompt_token_ids"] for o in before] == prompts
         assert set(before[0]) == {"prompt_token_ids", "token_ids", "logprobs", "text", "finish_reason"}
 
-        actor.perturb(7).wait(timeout=60)
-        syncing = rollout.sync_model_from_actor("actor")
-        assert actor.push("rollout", 3, 2).wait(timeout=120) == [3]
-        assert syncing.wait(timeout=120) == [3, 3]
-        assert rollout.get_model_version().wait(timeout=60) == [3, 3]
+        # One PPO-style step of the real actor on sampled responses, then the versioned broadcast.
+        first = _concat(rollout.generate(prompts[:4]).wait(timeout=120))
+        metrics = actor.run_training(_training_batch(first, [1.0, -1.0, 1.0, -1.0])).wait(timeout=180)
+        assert metrics[0]["actor/grad_norm"] > 0
+        sent = actor.sync_model_to_rollout("llm_rollout")
+        synced = rollout.sync_model_from_actor("llm_actor").wait(timeout=120)
+        (version,) = sent.wait(timeout=120)
+        assert version >= 1 and synced == [version, version]
+        assert rollout.get_model_version().wait(timeout=60) == [version, version]
 
         after = _concat(rollout.generate(prompts, greedy).wait(timeout=120))
         assert [o["token_ids"] for o in after] != [o["token_ids"] for o in before]
-        (expected,) = actor.logprobs(after, 1.0).wait(timeout=60)  # greedy: logprobs at temperature 1
-        for o, ref in zip(after, expected, strict=True):
-            torch.testing.assert_close(torch.tensor(o["logprobs"]), torch.tensor(ref), atol=1e-4, rtol=1e-4)
-
-        sampled = _concat(rollout.generate(prompts, {"temperature": 0.8, "seed": 4}).wait(timeout=120))
-        (expected,) = actor.logprobs(sampled, 0.8).wait(timeout=60)
-        for o, ref in zip(sampled, expected, strict=True):
+        # The rollout's sampled-token logprobs are the actor's, on the new weights, at the same temperature.
+        second = _concat(rollout.generate(prompts[:4], {"seed": 1}).wait(timeout=120))
+        batch = _training_batch(second, [0.0] * 4)
+        (scored,) = actor.compute_logprobs(batch).wait(timeout=120)
+        width = batch["input_ids"].shape[1] - max(len(o["token_ids"]) for o in second)
+        for r, o in enumerate(second):
             assert len(o["logprobs"]) == len(o["token_ids"]) >= 1
-            torch.testing.assert_close(torch.tensor(o["logprobs"]), torch.tensor(ref), atol=1e-4, rtol=1e-4)
+            actor_lp = scored["logprobs"][r, width : width + len(o["token_ids"])]
+            torch.testing.assert_close(torch.tensor(o["logprobs"]), actor_lp, atol=1e-4, rtol=1e-4)
 
-        # Explicit offload/onload around a generation: same greedy outputs with the synced weights.
+        # Explicit offload/onload around a generation: the same greedy outputs with the synced weights.
         rollout.offload().wait(timeout=60)
         again = _concat(rollout.generate(prompts, greedy).wait(timeout=120))
         assert [o["token_ids"] for o in again] == [o["token_ids"] for o in after]

@@ -97,7 +97,10 @@ class LLMRolloutWorker(Worker):
     def sync_model_from_actor(self, actor_group: str) -> int:
         """Receive ``{"version", "state_dict"}`` broadcast by actor rank 0, load it; returns the version."""
         with self.timer("sync_weights"):
-            groups = [(actor_group, 0), (self.group_name, range(self.world_size))]
+            groups: list[tuple[str, int | list[int]]] = [
+                (actor_group, 0),
+                (self.group_name, list(range(self.world_size))),
+            ]
             msg = self.broadcast(None, groups, src=(actor_group, 0), timeout=self.cfg.recv_timeout_s)
             self.engine.update_weights(msg["state_dict"])
             self.version = int(msg["version"])
