@@ -131,6 +131,9 @@ class HFGenerateEngine:
     ) -> HFGenerateEngine:
         """An engine around an already loaded HF causal LM and its tokenizer (shared, not copied).
 
+        The model is moved to ``device``, put in eval mode, and its ``generation_config`` is replaced by one
+        holding only the eos/pad/bos ids (the engine's sampling comes from :class:`SamplingConfig` alone).
+
         Args:
             model: A ``transformers`` causal LM (``PreTrainedModel`` with ``generate``).
             tokenizer: Its tokenizer (``decode`` / ``batch_decode``; ``eos_token_id``, ``pad_token_id``).
