@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,13 +126,18 @@ def test_vllm_rollout_uses_the_weights_the_actor_broadcasts(cluster: Any, model_
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tokenizer.encode(t) for t in ("What is 3 + 4?", "hello", "Compute 5 * 6 =")]
+    marker = f"vllm-worker-test-{uuid.uuid4().hex}"
     cfg = LLMRolloutConfig(
         engine="vllm",
         max_batch_size=4,
         sampling=SamplingConfig(max_new_tokens=8),
         enable_offload=True,  # collocated mode: weights arrive while the engine is offloaded
         vllm=VLLMOptions(
-            python=VLLM_PYTHON, max_model_len=256, kv_cache_space_gib=0.25, startup_timeout_s=900
+            python=VLLM_PYTHON,
+            max_model_len=256,
+            kv_cache_space_gib=0.25,
+            startup_timeout_s=900,
+            env={"RLINF_TEST_MARKER": marker},  # inherited by the server and every vLLM process
         ),
     )
     actor = (
@@ -155,6 +162,29 @@ def test_vllm_rollout_uses_the_weights_the_actor_broadcasts(cluster: Any, model_
         (expected,) = actor.logprobs(after, 0.8).wait(timeout=120)
         _assert_match(after, expected)
         assert [o["token_ids"] for o in after] != [o["token_ids"] for o in before]
+        assert _processes_with(marker), "the vLLM server and its processes carry the marker"
     finally:
         for group in (actor, rollout):
             group.shutdown()
+    # The rollout actor is killed by the shutdown: its vLLM server and vLLM's processes must not outlive it.
+    deadline = time.monotonic() + 60
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_with(marker), "vLLM processes outlived the rollout worker"
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() not in (proc / "environ").read_bytes():
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+        except (OSError, IndexError):
+            continue
+        found.append(int(proc.name))
+    return found

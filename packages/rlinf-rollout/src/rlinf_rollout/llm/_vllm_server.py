@@ -21,6 +21,7 @@ import gc
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -272,13 +273,73 @@ def main(argv: list[str] | None = None) -> int:
     # (cloudpickle) on the channel between vLLM's own local processes; vLLM refuses that unless this is set.
     # Set before vLLM starts its processes, which inherit it.
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    # The engine stops a server it gives up on with SIGTERM, possibly from a process that is itself about to be
+    # killed (a Ray actor being shut down): take vLLM's processes along at once, before anything else.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     _exit_with_parent()
+    _start_group_reaper()
     sock = socket.socket(fileno=args.fd)
     conn = Connection(sock.detach())
     try:
         return _serve(conn)
     finally:
         conn.close()
+        _kill_own_group()
+
+
+def _start_group_reaper() -> None:
+    """Start a tiny process that kills this server's process group once the server is gone.
+
+    A server killed with SIGKILL (e.g. by Ray, which kills the children of an actor it shuts down) runs no
+    handler, and vLLM's engine-core process does not notice its parent's death: this reaper, a member of the
+    group and a child of the server, does.
+    """
+    me = os.getpid()
+    if os.getpgid(0) != me:
+        return
+    code = (
+        "import os, signal, time\n"
+        f"while os.getppid() == {me}:\n"
+        "    time.sleep(0.5)\n"
+        f"os.killpg({me}, signal.SIGKILL)\n"
+    )
+    subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,  # must not hold the engine's socket open
+    )
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _kill_own_group()
+    os._exit(128 + signum)
+
+
+def _kill_own_group() -> None:
+    """SIGKILL every other process of this server's process group (vLLM's engine core, workers, trackers).
+
+    vLLM stops them on a clean shutdown; this covers the exits where it does not (the engine vanished
+    mid-request, an exception during shutdown). Only when this process leads its group, as the engine starts it.
+    """
+    me = os.getpid()
+    if os.getpgid(0) != me:
+        return
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no procfs (not Linux)
+        return
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == me:  # fields: state, ppid, pgrp, ...
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue
 
 
 if __name__ == "__main__":  # vLLM spawns processes: everything runs under this guard
