@@ -128,7 +128,9 @@ def test_train_py_prints_the_config_and_rejects_bad_ones(tmp_path: Path) -> None
     assert bad.returncode == 2
     assert "algorithm.adv_type 'grpo_video' is not one of grpo, reinpp, gae" in bad.stderr
     field = _train_py("data.rollout_batch_size=0")
-    assert field.returncode == 2 and "data.rollout_batch_size: 'rollout_batch_size' must be >= 1" in field.stderr
+    assert (
+        field.returncode == 2 and "data.rollout_batch_size: 'rollout_batch_size' must be >= 1" in field.stderr
+    )
     missing = _train_py("--config-name", "nope")
     assert missing.returncode == 2 and "available: " in missing.stderr
 
