@@ -135,3 +135,11 @@ def test_command_line(tmp_path: Path) -> None:
         parse_command_line(["--config-name=zzz"], config_dir=tmp_path, default_name="a")
     with pytest.raises(ConfigError, match="unknown option '--bogus'"):
         parse_command_line(["--bogus"], config_dir=tmp_path, default_name="a")
+
+
+def test_exponent_floats_without_a_dot_are_numbers_in_files_and_overrides(tmp_path: Path) -> None:
+    # PyYAML (YAML 1.1) reads `5e-3` as a string; learning rates are written that way.
+    path = _write(tmp_path, "c.yaml", "seed: 1\nalgorithm:\n  gamma: 5e-1\n")
+    assert load_config(App, path).algorithm.gamma == 0.5
+    assert load_config(App, path, ["algorithm.gamma=2E-1"]).algorithm.gamma == 0.2
+    assert load_config(App, path, ["runner.logger.log_path=1e3x"]).runner.logger.log_path == "1e3x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +14,29 @@ import yaml
 from ._structure import ConfigError, structure_config
 
 __all__ = ["CommandLine", "apply_override", "load_config", "load_yaml", "parse_command_line"]
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads YAML 1.2 floats: ``5e-6`` and ``1E3`` are numbers, not strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.VERBOSE,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _safe_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
 
 T = TypeVar("T")
 
@@ -108,7 +132,7 @@ def load_yaml(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> dict[str, An
     if path in _seen:
         raise ConfigError([f"defaults cycle: {' -> '.join(str(p) for p in (*_seen, path))}"], str(path))
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError([f"invalid YAML: {e}"], str(path)) from None
     if not isinstance(data, dict):
@@ -162,7 +186,7 @@ def apply_override(data: MutableMapping[str, Any], override: str) -> None:
         node.pop(keys[-1], None)
         return
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(
             [f"override {override!r}: value is not valid YAML ({e})"], "the command line"
