@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
@@ -39,6 +38,7 @@ from .._fsdp import (
     load_full_optimizer_state_dict,
     shard_module,
 )
+from .._groups import count_group_workers
 from ..policies import build_policy
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
 
@@ -178,23 +178,9 @@ class ActorWorker(Worker):
 
     def _group_world_size(self, group_name: str) -> int:
         """Number of workers of another group of this run (named Ray actors ``f"{group}:{rank}"``)."""
-        cached = self._rollout_world_sizes.get(group_name)
-        if cached is not None:
-            return cached
-        n = 0
-        while True:
-            try:
-                ray.get_actor(f"{group_name}:{n}", namespace=self.namespace)
-            except ValueError:
-                break
-            n += 1
-        if n == 0:
-            raise ValueError(
-                f"sync_model_to_rollout: no worker group {group_name!r} in this run (no Ray actor "
-                f"'{group_name}:0' in namespace {self.namespace!r})"
-            )
-        self._rollout_world_sizes[group_name] = n
-        return n
+        if group_name not in self._rollout_world_sizes:
+            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
+        return self._rollout_world_sizes[group_name]
 
     # ---------------------------------------------------------------------------------------- the loop
     def get_model_version(self) -> int:

@@ -36,7 +36,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 import torch.distributed as dist
 from rlinf_algos import (
@@ -58,6 +57,7 @@ from .._fsdp import (
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
 )
+from .._groups import count_group_workers
 from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
 from ._policy import CausalLMPolicy
@@ -668,23 +668,9 @@ class LLMActorWorker(Worker):
 
     # ---------------------------------------------------------------------------------- weight sync
     def _group_world_size(self, group_name: str) -> int:
-        cached = self._rollout_world_sizes.get(group_name)
-        if cached is not None:
-            return cached
-        n = 0
-        while True:
-            try:
-                ray.get_actor(f"{group_name}:{n}", namespace=self.namespace)
-            except ValueError:
-                break
-            n += 1
-        if n == 0:
-            raise ValueError(
-                f"sync_model_to_rollout: no worker group {group_name!r} in this run (no Ray actor "
-                f"'{group_name}:0' in namespace {self.namespace!r})"
-            )
-        self._rollout_world_sizes[group_name] = n
-        return n
+        if group_name not in self._rollout_world_sizes:
+            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
+        return self._rollout_world_sizes[group_name]
 
     def _hf_state(self) -> dict[str, torch.Tensor]:
         """Full HF-keyed CPU state dict on rank 0 (``{}`` elsewhere); collective."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import ray
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_scheduler import Worker
 
+from ..._groups import count_group_workers
 from .._config import LLMActorConfig
 from ._backend import MegatronActorBackend
 from ._config import MegatronConfig
@@ -94,23 +94,9 @@ class MegatronLLMActorWorker(Worker):
         return self.backend.save_hf(path)
 
     def _group_world_size(self, group_name: str) -> int:
-        cached = self._rollout_world_sizes.get(group_name)
-        if cached is not None:
-            return cached
-        n = 0
-        while True:
-            try:
-                ray.get_actor(f"{group_name}:{n}", namespace=self.namespace)
-            except ValueError:
-                break
-            n += 1
-        if n == 0:
-            raise ValueError(
-                f"sync_model_to_rollout: no worker group {group_name!r} in this run (no Ray actor "
-                f"'{group_name}:0' in namespace {self.namespace!r})"
-            )
-        self._rollout_world_sizes[group_name] = n
-        return n
+        if group_name not in self._rollout_world_sizes:
+            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
+        return self._rollout_world_sizes[group_name]
 
     def sync_model_to_rollout(
         self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
