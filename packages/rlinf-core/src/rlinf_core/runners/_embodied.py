@@ -32,8 +32,17 @@ from ..checkpoint import (
 )
 from ..metrics import MetricLogger
 from ._config import RunnerConfig
+from ._progress import log_step
 
 __all__ = ["EmbodiedRunner", "GroupLike", "RunResult"]
+
+_EMBODIED_SHOWN = (
+    ("env/return_mean", "ret"),
+    ("eval/return_mean", "eval"),
+    ("eval/success_rate", "succ"),
+    ("train/actor/total_loss", "loss"),
+    ("time/step_s", "s/step"),
+)
 
 RUNNER_STATE_FILE = "runner_state.pkl"
 
@@ -361,21 +370,13 @@ class EmbodiedRunner:
         return target is not None and ret is not None and ret >= target
 
     def _log(self, logger: MetricLogger, record: dict[str, float], bar: Any, *, advance: bool = True) -> None:
-        logged = logger.log(record, self.global_step)
-        if self.on_step is not None:
-            self.on_step(self.global_step, logged)
-        if bar is not None:
-            if advance:
-                bar.update(1)
-            shown = {}
-            for key, short in (
-                ("env/return_mean", "ret"),
-                ("eval/return_mean", "eval"),
-                ("eval/success_rate", "succ"),
-                ("train/actor/total_loss", "loss"),
-                ("time/step_s", "s/step"),
-            ):
-                value = record.get(key, self.last_eval.get(key) if key.startswith("eval/") else None)
-                if value is not None and not math.isnan(value):
-                    shown[short] = f"{value:.3g}"
-            bar.set_postfix(shown, refresh=False)
+        log_step(
+            logger,
+            self.global_step,
+            record,
+            bar,
+            on_step=self.on_step,
+            last_eval=self.last_eval,
+            shown=_EMBODIED_SHOWN,
+            advance=advance,
+        )

@@ -60,8 +60,16 @@ from ..data import DataConfig, PromptDataset, PromptEncoder, PromptSampler, pack
 from ..metrics import MetricLogger
 from ._config import RunnerConfig
 from ._embodied import GroupLike, RunResult, _CallLike
+from ._progress import log_step
 
 __all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig"]
+
+_REASONING_SHOWN = (
+    ("rollout/accuracy", "acc"),
+    ("eval/accuracy", "eval"),
+    ("train/actor/policy_loss", "loss"),
+    ("time/step_s", "s/step"),
+)
 
 REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 """Advantage estimators the reasoning runner supports (``algorithm.adv_type``)."""
@@ -660,20 +668,13 @@ class ReasoningRunner:
     ) -> None:
         if not record:
             return
-        logged = logger.log(record, self.global_step)
-        if self.on_step is not None:
-            self.on_step(self.global_step, logged)
-        if bar is not None:
-            if advance:
-                bar.update(1)
-            shown = {}
-            for key, short in (
-                ("rollout/accuracy", "acc"),
-                ("eval/accuracy", "eval"),
-                ("train/actor/policy_loss", "loss"),
-                ("time/step_s", "s/step"),
-            ):
-                value = record.get(key, self.last_eval.get(key) if key.startswith("eval/") else None)
-                if value is not None and not math.isnan(value):
-                    shown[short] = f"{value:.3g}"
-            bar.set_postfix(shown, refresh=False)
+        log_step(
+            logger,
+            self.global_step,
+            record,
+            bar,
+            on_step=self.on_step,
+            last_eval=self.last_eval,
+            shown=_REASONING_SHOWN,
+            advance=advance,
+        )
