@@ -77,18 +77,53 @@ def _generate(size: int, seed: int, args: argparse.Namespace) -> list[dict[str, 
     return rows
 
 
-def _unique(rows: list[dict[str, Any]], taken: set[str], n: int, what: str) -> list[dict[str, Any]]:
-    out = []
-    for row in rows:
-        if row["expression"] in taken:
-            continue
-        taken.add(row["expression"])
-        out.append(row)
-        if len(out) == n:
-            return out
-    raise SystemExit(
-        f"error: only {len(out)} distinct {what} problems; widen the difficulty or lower --{what}"
-    )
+def _num_terms(row: dict[str, Any]) -> int:
+    return len(row["expression"].split()) // 2 + 1
+
+
+def _split(pool: list[dict[str, Any]], sizes: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
+    """Split ``pool`` into disjoint sets of distinct expressions with the SAME mix of term counts.
+
+    Problems are stratified by their number of terms: each split takes from each stratum its share of the
+    generated pool (rounded, the remainder going to the largest strata), so the held-out evaluation measures
+    the distribution RL trains on. Deduplicating without strata would drain the small strata (there are only
+    200 distinct one-digit two-term sums) into the first split and leave the training set almost without them.
+
+    Raises:
+        SystemExit: when a stratum has fewer distinct expressions than its quotas need.
+    """
+    strata: dict[int, list[dict[str, Any]]] = {}
+    seen: set[str] = set()
+    counts: dict[int, int] = {}
+    for row in pool:
+        n = _num_terms(row)
+        counts[n] = counts.get(n, 0) + 1
+        if row["expression"] not in seen:
+            seen.add(row["expression"])
+            strata.setdefault(n, []).append(row)
+    total = sum(counts.values())
+    quotas: dict[str, dict[int, int]] = {}
+    for name, size in sizes.items():
+        exact = {n: size * c / total for n, c in counts.items()}
+        quota = {n: int(x) for n, x in exact.items()}
+        for n in sorted(exact, key=lambda k: exact[k] - quota[k], reverse=True)[: size - sum(quota.values())]:
+            quota[n] += 1
+        quotas[name] = quota
+    for n, rows in strata.items():
+        need = sum(q.get(n, 0) for q in quotas.values())
+        if need > len(rows):
+            raise SystemExit(
+                f"error: {n}-term problems: the splits need {need} distinct expressions, the task has only "
+                f"{len(rows)} (sizes {sizes}); raise --min-terms or --max-digits, or ask for fewer problems"
+            )
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in sizes}
+    cursor = dict.fromkeys(strata, 0)
+    for name in sizes:  # eval first: held out before SFT and train take theirs
+        for n, q in quotas[name].items():
+            out[name] += strata[n][cursor[n] : cursor[n] + q]
+            cursor[n] += q
+    order = {id(row): i for i, row in enumerate(pool)}
+    return {name: sorted(rows, key=lambda r: order[id(r)]) for name, rows in out.items()}
 
 
 def _write(path: Path, rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
@@ -106,7 +141,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--eval", type=int, default=200, help="held-out evaluation prompts")
     parser.add_argument("--sft", type=int, default=400, help="SFT demonstrations")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-terms", type=int, default=2)
+    parser.add_argument("--min-terms", type=int, default=3)
     parser.add_argument("--max-terms", type=int, default=3)
     parser.add_argument("--min-digits", type=int, default=1)
     parser.add_argument("--max-digits", type=int, default=1)
@@ -118,10 +153,8 @@ def main(argv: list[str]) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
     pool = _generate(3 * (args.train + args.eval + args.sft), args.seed, args)
-    taken: set[str] = set()
-    evals = _unique(pool, taken, args.eval, "eval")  # held out first: never seen in train or SFT
-    sft = _unique(pool, taken, args.sft, "sft")
-    train = _unique(pool, taken, args.train, "train")
+    splits = _split(pool, {"eval": args.eval, "sft": args.sft, "train": args.train})
+    evals, sft, train = splits["eval"], splits["sft"], splits["train"]
     if not args.no_verify:
         from rlinf_algos.rewards.math import MathVerifier
 
