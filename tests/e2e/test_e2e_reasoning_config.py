@@ -97,11 +97,34 @@ def test_shipped_data_is_valid_and_held_out(app: ModuleType) -> None:
         assert example.solution.endswith(f"\\boxed{{{example.answers[0]}}}.")
 
 
-def test_prepare_data_worked_solution() -> None:
+def _prepare_data_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("rlinf_reasoning_prepare", APP_DIR / "prepare_data.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_prepare_data_splits_share_the_term_mix() -> None:
+    module = _prepare_data_module()
+    # 2-term expressions are few and repeated, 3-term ones many: a split-by-split dedup would starve train.
+    two = [f"{a} + {b}" for a in range(5) for b in range(4)]  # 20 distinct
+    three = [f"{a} - {b} + {c}" for a in range(10) for b in range(10) for c in range(3)]  # 300 distinct
+    pool = [{"expression": e} for e in (two * 5 + three)]  # 100 two-term draws, 300 three-term
+    splits = module._split(pool, {"eval": 8, "sft": 4, "train": 24})
+    mix = {
+        name: sum(module._num_terms(r) == 2 for r in rows) / len(rows)  # the pool has 25% two-term draws
+        for name, rows in splits.items()
+    }
+    assert {len(rows) for rows in splits.values()} == {8, 4, 24} and set(mix.values()) == {0.25}
+    expressions = [r["expression"] for rows in splits.values() for r in rows]
+    assert len(expressions) == len(set(expressions))  # disjoint, distinct
+    with pytest.raises(SystemExit, match="2-term problems: the splits need 25 distinct expressions"):
+        module._split(pool, {"eval": 20, "sft": 20, "train": 60})
+
+
+def test_prepare_data_worked_solution() -> None:
+    module = _prepare_data_module()
     assert module.worked_solution("12 + 7 - 3") == (
         "12 + 7 = 19. 19 - 3 = 16. The answer is \\boxed{16}.",
         16,
