@@ -18,7 +18,16 @@ from rlinf_core.config import AlgorithmConfig, ConfigError, load_config, unstruc
 from rlinf_core.data import ChatPromptEncoder, DataConfig, PromptDataset, load_prompt_dataset
 from rlinf_core.rewards import RewardConfig, RewardWorker
 from rlinf_core.runners import AgentRunner, RunnerConfig, RunResult, SFTConfig, TurnRewardConfig
-from rlinf_models.llm import SMOLLM2_ALIAS, LLMActorConfig, LLMModelConfig
+from rlinf_models.llm import (
+    SMOLLM2_ALIAS,
+    LLMActorConfig,
+    LLMModelConfig,
+    actor_data_parallel_size,
+    actor_worker_class,
+    actor_worker_kwargs,
+    check_training_backend,
+    training_backend_problems,
+)
 from rlinf_rollout.agent import AgentLoopConfig, ToolsConfig, build_system_prompt, build_toolbox
 from rlinf_rollout.llm import LLMRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, ModelParallelComponentPlacement, Worker
@@ -76,10 +85,11 @@ def resolve_path(path: str) -> Path:
 
 
 def check_config(cfg: AgentAppConfig) -> None:
-    """Checks that span sections (files exist, batch sizes, estimator), before any expensive work.
+    """Checks that span sections (files exist, batch sizes, estimator, training backend), before any expensive work.
 
     Raises:
         ConfigError: listing every problem with its dotted path.
+        ImportError: ``actor.training_backend: megatron`` without megatron-core (names the extra).
     """
     problems: list[str] = []
     for key in ("train_path", "eval_path", "sft_path"):
@@ -117,8 +127,10 @@ def check_config(cfg: AgentAppConfig) -> None:
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) must be below agent.max_total_tokens "
             f"({cfg.agent.max_total_tokens})"
         )
+    problems += training_backend_problems(cfg.actor, loss_type=cfg.algorithm.loss_type)
     if problems:
         raise ConfigError(problems, "the agent config")
+    check_training_backend(cfg.actor)
 
 
 def load_agent_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> AgentAppConfig:
@@ -152,13 +164,6 @@ def system_prompt(cfg: AgentAppConfig) -> str:
         toolbox.close()
 
 
-def _actor_worker_class() -> type[Worker]:
-    from rlinf_models.llm import LLMActorWorker
-
-    cls: type[Worker] = LLMActorWorker
-    return cls
-
-
 def _rollout_worker_class() -> type[Worker]:
     from rlinf_rollout.agent import AgentRolloutWorker
 
@@ -176,8 +181,10 @@ def launch_groups(
     """
     placement = ModelParallelComponentPlacement(cfg.cluster, cluster)
     actor = (
-        _actor_worker_class()
-        .create_group(cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps)
+        actor_worker_class(cfg.actor)
+        .create_group(
+            cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps, **actor_worker_kwargs(cfg.actor)
+        )
         .launch(cluster, placement.get_strategy("actor"), name="actor")
     )
     rollout = (
@@ -229,7 +236,8 @@ def build_runner(
         sft=cfg.sft,
         sft_data=_load(cfg.data.sft_path, cfg),
         turn_reward=cfg.turn_reward,
-        batch_multiple=cfg.actor.micro_batch_size * groups["actor"].world_size,
+        batch_multiple=cfg.actor.micro_batch_size
+        * actor_data_parallel_size(cfg.actor, groups["actor"].world_size),
         to_batch=lambda b: {k: torch.from_numpy(v) for k, v in b.items()},
         offload=collocated and (cfg.actor.enable_offload or cfg.rollout.enable_offload),
         run_config=unstructure_config(cfg),

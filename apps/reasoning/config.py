@@ -27,7 +27,16 @@ from rlinf_core.runners import (
     RunResult,
     SFTConfig,
 )
-from rlinf_models.llm import SMOLLM2_ALIAS, LLMActorConfig, LLMModelConfig
+from rlinf_models.llm import (
+    SMOLLM2_ALIAS,
+    LLMActorConfig,
+    LLMModelConfig,
+    actor_data_parallel_size,
+    actor_worker_class,
+    actor_worker_kwargs,
+    check_training_backend,
+    training_backend_problems,
+)
 from rlinf_rollout.llm import LLMRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, ModelParallelComponentPlacement, StaticClusterView, Worker
 
@@ -176,11 +185,22 @@ def _check_algorithm(cfg: ReasoningConfig) -> list[str]:
     return problems
 
 
+def _data_parallel_ranks(cfg: ReasoningConfig, ws: dict[str, int] | None) -> int | None:
+    """Actor ranks that split the batch rows (``None``: unknown, or a Megatron layout that does not fit)."""
+    if ws is None:
+        return None
+    try:
+        return actor_data_parallel_size(cfg.actor, ws["actor"])
+    except ValueError:  # reported by training_backend_problems
+        return None
+
+
 def check_config(cfg: ReasoningConfig, world_sizes: dict[str, int] | None = None) -> None:
-    """Checks that span sections (paths, algorithm vs model, batch sizes vs ranks, placement).
+    """Checks that span sections (paths, algorithm vs model, batch sizes vs ranks, placement, training backend).
 
     Raises:
         ConfigError: listing every problem with its dotted path.
+        ImportError: ``actor.training_backend: megatron`` without megatron-core (names the extra).
     """
     problems = _check_paths(cfg) + _check_algorithm(cfg)
     try:
@@ -194,17 +214,25 @@ def check_config(cfg: ReasoningConfig, world_sizes: dict[str, int] | None = None
             f"data.rollout_batch_size x algorithm.group_size ({cfg.data.rollout_batch_size} x "
             f"{cfg.algorithm.group_size} = {samples}) must be a multiple of actor.global_batch_size ({gbs})"
         )
-    if ws is not None and gbs % (mbs * ws["actor"]):
+    problems += training_backend_problems(
+        cfg.actor, loss_type=cfg.algorithm.loss_type, world_size=None if ws is None else ws["actor"]
+    )
+    dp = _data_parallel_ranks(cfg, ws)
+    what = "actor ranks" if cfg.actor.training_backend == "fsdp" else "data-parallel actor ranks"
+    if dp is not None and gbs % (mbs * dp):
         problems.append(
-            f"actor.global_batch_size ({gbs}) must be a multiple of actor.micro_batch_size ({mbs}) x actor ranks "
-            f"({ws['actor']})"
+            f"actor.global_batch_size ({gbs}) must be a multiple of actor.micro_batch_size ({mbs}) x {what} ({dp})"
         )
-    if cfg.sft.steps > 0 and ws is not None and cfg.sft.batch_size % ws["actor"]:
-        problems.append(
-            f"sft.batch_size ({cfg.sft.batch_size}) must be a multiple of the actor ranks ({ws['actor']})"
-        )
+    if cfg.sft.steps > 0 and dp is not None:
+        # FSDP splits an SFT batch over its ranks; Megatron over its data-parallel replicas, in micro-batches.
+        fsdp = cfg.actor.training_backend == "fsdp"
+        unit = dp if fsdp else mbs * dp
+        if cfg.sft.batch_size % unit:
+            of = f"the actor ranks ({dp})" if fsdp else f"actor.micro_batch_size ({mbs}) x {what} ({dp})"
+            problems.append(f"sft.batch_size ({cfg.sft.batch_size}) must be a multiple of {of}")
     if problems:
         raise ConfigError(problems, "the reasoning config")
+    check_training_backend(cfg.actor)
 
 
 def load_reasoning_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ReasoningConfig:
@@ -232,13 +260,6 @@ def load_datasets(cfg: ReasoningConfig) -> dict[str, PromptDataset | None]:
     }
 
 
-def _actor_worker_class() -> type[Worker]:
-    from rlinf_models.llm import LLMActorWorker
-
-    cls: type[Worker] = LLMActorWorker
-    return cls
-
-
 def _rollout_worker_class() -> type[Worker]:
     from rlinf_rollout.llm import LLMRolloutWorker
 
@@ -264,8 +285,10 @@ def launch_groups(
     ws = {c: placement.get_world_size(c) for c in COMPONENTS}
     check_config(cfg, ws)
     actor = (
-        (actor_cls or _actor_worker_class())
-        .create_group(cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps)
+        (actor_cls or actor_worker_class(cfg.actor))
+        .create_group(
+            cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps, **actor_worker_kwargs(cfg.actor)
+        )
         .launch(cluster, placement.get_strategy("actor"), name="actor")
     )
     rollout = (
@@ -321,7 +344,7 @@ def build_runner(
         sft_data=datasets["sft"],
         to_batch=_to_torch,
         offload=cfg.actor.enable_offload or cfg.rollout.enable_offload,
-        batch_multiple=cfg.actor.micro_batch_size * actor_world_size,
+        batch_multiple=cfg.actor.micro_batch_size * actor_data_parallel_size(cfg.actor, actor_world_size),
         refresh_reference=cfg.algorithm.kl_beta > 0 or cfg.algorithm.reinpp_kl_beta > 0,
         run_config=unstructure_config(cfg),
         on_step=on_step,

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
             print(cli)
             return 0
         cfg = load_reasoning_config(cli.config_path, cli.overrides)
-    except ConfigError as e:
+    except (ConfigError, ImportError) as e:  # ImportError: a selected backend (e.g. megatron) is missing
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not cfg.data.eval_path:
