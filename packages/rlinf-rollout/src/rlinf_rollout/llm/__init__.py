@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._config import ENGINES, LLMRolloutConfig
 from ._factory import build_engine
+from ._sglang_options import SGLangOptions
 from ._types import FinishReason, GenerationEngine, GenerationOutput, SamplingConfig
 from ._vllm_options import VLLMOptions
 
@@ -27,6 +28,7 @@ __all__ = [
     "LLMRolloutConfig",
     "LLMRolloutWorker",
     "SGLangEngine",
+    "SGLangOptions",
     "SamplingConfig",
     "VLLMEngine",
     "VLLMOptions",

@@ -7,6 +7,7 @@ from typing import Literal
 import attrs
 from attrs import validators as v
 
+from ._sglang_options import SGLangOptions
 from ._types import SamplingConfig
 from ._vllm_options import VLLMOptions
 
@@ -39,3 +40,12 @@ class LLMRolloutConfig:
     """Longest wait for the actor's weights before the rollout fails with a message naming the sender."""
     vllm: VLLMOptions = attrs.field(factory=VLLMOptions)
     """Options of the vLLM engine (``engine: vllm``): its Python environment, KV cache, sleep mode, …"""
+    sglang: SGLangOptions = attrs.field(factory=SGLangOptions)
+    """Options of the SGLang engine (``engine: sglang``): tensor parallelism, memory fraction, kernels, …"""
+
+    def __attrs_post_init__(self) -> None:
+        if self.engine == "sglang" and self.enable_offload and not self.sglang.enable_memory_saver:
+            raise ValueError(
+                "rollout.enable_offload needs rollout.sglang.enable_memory_saver: true with engine sglang "
+                "(without SGLang's memory saver the engine cannot release its GPU memory)"
+            )

@@ -20,7 +20,8 @@ def build_engine(cfg: LLMRolloutConfig, model_cfg: LLMModelConfig) -> Generation
     (``"hf"``: ``rlinf-rollout[hf]``, ``"vllm"``: ``rlinf-rollout[vllm]``, ``"sglang"``: SGLang on a GPU).
 
     Args:
-        cfg: The rollout config (engine name, batch size, device, backend options).
+        cfg: The rollout config (engine name, batch size, device, backend options: ``cfg.vllm`` for vLLM,
+            ``cfg.sglang`` for SGLang).
         model_cfg: The model to serve (the actor's ``actor.model`` block).
 
     Returns:
@@ -41,5 +42,15 @@ def build_engine(cfg: LLMRolloutConfig, model_cfg: LLMModelConfig) -> Generation
     if cfg.engine == "sglang":
         from ._sglang import SGLangEngine
 
-        return SGLangEngine(model_cfg, max_batch_size=cfg.max_batch_size, seed=cfg.seed)
+        options = cfg.sglang
+        return SGLangEngine(
+            model_cfg,
+            max_batch_size=cfg.max_batch_size,
+            seed=cfg.seed,
+            tp_size=options.tp_size,
+            mem_fraction_static=options.mem_fraction_static,
+            enable_memory_saver=options.enable_memory_saver,
+            weight_bucket_bytes=options.weight_bucket_mib << 20,
+            engine_kwargs=options.server_args(),
+        )
     raise ValueError(f"rollout.engine must be one of {list(ENGINES)}, got {cfg.engine!r}")
