@@ -61,6 +61,7 @@ def tiny_overrides(model_dir: Path, data: dict[str, Path], log_path: Path) -> li
         "data.eval_size=4",
         "data.max_prompt_length=96",
         "algorithm.group_size=2",
+        "algorithm.dynamic_sampling=false",  # the random tiny model's groups are all wrong (DAPO test below)
         "actor.global_batch_size=8",
         "actor.micro_batch_size=4",
         "actor.torch_num_threads=1",
@@ -175,6 +176,7 @@ def test_ppo_with_value_head_and_dapo_filters(
         "runner.val_check_interval=-1",
         "runner.save_interval=-1",
         "sft.steps=0",
+        "algorithm.dynamic_sampling=true",
         "algorithm.max_num_gen_batches=2",
         "algorithm.overlong_buffer_len=4",
     ]

@@ -62,7 +62,7 @@ def test_cross_section_problems_are_listed_together(app: ModuleType, tmp_path: P
                 "algorithm.loss_type=actor_critic",
                 f"data.train_path={tmp_path / 'missing.jsonl'}",
                 "algorithm.overlong_buffer_len=100",
-                "rollout.sampling.temperature=0.7",
+                "rollout.sampling.temperature=1.0",
                 "data.rollout_batch_size=3",
             ],
         )
@@ -71,7 +71,7 @@ def test_cross_section_problems_are_listed_together(app: ModuleType, tmp_path: P
         "data.train_path",
         "add_value_head must be true",
         "overlong_buffer_len (100) exceeds rollout.sampling.max_new_tokens (40)",
-        "actor.temperature (1.0) must equal rollout.sampling.temperature (0.7)",
+        "actor.temperature (0.7) must equal rollout.sampling.temperature (1.0)",
         "must be a multiple of actor.global_batch_size (32)",
     ):
         assert needle in text, text
