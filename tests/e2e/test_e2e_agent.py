@@ -22,7 +22,8 @@ pytestmark = pytest.mark.ray
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "agent"
 
 
-def _load_app() -> ModuleType:
+def load_agent_app() -> ModuleType:
+    """``apps/agent/config.py`` as a module (apps are scripts, not an installed package)."""
     name = "rlinf_agent_app_config"
     if name in sys.modules:
         return sys.modules[name]
@@ -37,7 +38,7 @@ def _load_app() -> ModuleType:
 @pytest.fixture(scope="module")
 def app() -> ModuleType:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    return _load_app()
+    return load_agent_app()
 
 
 @pytest.fixture(scope="module")

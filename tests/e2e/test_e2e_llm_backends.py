@@ -9,7 +9,6 @@ names the extra; the rest runs with the importability probe patched (the worker 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,24 +19,12 @@ from rlinf_models.llm import _backends as backends
 from rlinf_models.llm.megatron import MegatronConfig
 from rlinf_scheduler import StaticClusterView
 
+from .test_e2e_agent import load_agent_app
 from .test_e2e_reasoning import APP_DIR, load_reasoning_app
 
 GPU_YAML = APP_DIR / "config" / "grpo_megatron_gpu.yaml"
 AGENT_YAML = APP_DIR.parent / "agent" / "config" / "smollm2_tools.yaml"
 MEGATRON_INSTALLED = importlib.util.find_spec("megatron") is not None
-
-
-def load_agent_app() -> ModuleType:
-    """``apps/agent/config.py`` as a module (under the name tests/e2e/test_e2e_agent.py gives it)."""
-    name = "rlinf_agent_app_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, AGENT_YAML.parents[1] / "config.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
