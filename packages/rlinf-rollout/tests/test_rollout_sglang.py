@@ -14,6 +14,7 @@ from rlinf_rollout.llm import (
     GenerationOutput,
     LLMRolloutConfig,
     SamplingConfig,
+    SGLangOptions,
     build_engine,
 )
 from rlinf_rollout.llm import _sglang as sg
@@ -346,6 +347,19 @@ def _sglang_root() -> Path:
     return Path(spec.origin).parent
 
 
+def _server_args_fields(root: Path) -> set[str]:
+    """Names of ``ServerArgs`` fields, read from the installed SGLang sources (without importing them)."""
+    import ast
+
+    fields: set[str] = set()
+    for path in [root / "srt" / "server_args.py", *(root / "srt" / "arg_groups" / "fields").glob("*.py")]:
+        if path.is_file():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    fields.add(node.target.id)
+    return fields
+
+
 def test_calls_match_the_installed_sglang_engine_api() -> None:
     """Read (without importing: it needs CUDA libraries) the installed ``sglang.Engine`` and ``ServerArgs``
     sources and check every method, keyword and server argument the engine uses exists."""
@@ -363,12 +377,7 @@ def test_calls_match_the_installed_sglang_engine_api() -> None:
     assert {"named_tensors", "flush_cache"} <= methods["update_weights_from_tensor"]
     for name in ("release_memory_occupation", "resume_memory_occupation", "shutdown"):
         assert name in methods
-    fields: set[str] = set()
-    for path in [root / "srt" / "server_args.py", *(root / "srt" / "arg_groups" / "fields").glob("*.py")]:
-        if path.is_file():
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    fields.add(node.target.id)
+    fields = _server_args_fields(root)
     used = {
         "model_path",
         "tokenizer_path",
@@ -381,3 +390,16 @@ def test_calls_match_the_installed_sglang_engine_api() -> None:
         "enable_weights_cpu_backup",
     }
     assert used <= fields, sorted(used - fields)
+
+
+def test_server_args_names_exist_in_the_installed_sglang() -> None:
+    """With SGLang's sources installed (a scratch venv), every ServerArgs name ``rollout.sglang`` produces exists."""
+    fields = _server_args_fields(_sglang_root())
+    options = SGLangOptions(
+        dtype="bfloat16",
+        attention_backend="triton",
+        sampling_backend="pytorch",
+        context_length=8,
+        disable_cuda_graph=True,
+    )
+    assert set(options.server_args()) <= fields, sorted(set(options.server_args()) - fields)
