@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from rlinf_envs import EnvWorker  # noqa: E402
-from rlinf_rollout import RolloutWorker  # noqa: E402
+from rlinf_rollout import EmbodiedRolloutWorker  # noqa: E402
 
 
 def _spend(seconds: float, mode: str) -> None:
@@ -60,8 +60,8 @@ class CostlyEnvWorker(EnvWorker):
             env.chunk_step = chunk_step  # type: ignore[method-assign]
 
 
-class CostlyRolloutWorker(RolloutWorker):
-    """RolloutWorker whose inference costs ``ms`` per sample more."""
+class CostlyRolloutWorker(EmbodiedRolloutWorker):
+    """EmbodiedRolloutWorker whose inference costs ``ms`` per sample more."""
 
     def __init__(self, *args: Any, ms: float = 0.5, mode: str = "sleep", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -16,8 +16,8 @@ import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, load_config, unstructure_config
 from rlinf_core.runners import EmbodiedRunner, RunnerConfig, RunResult
 from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig
-from rlinf_models import ActorConfig
-from rlinf_rollout import RolloutConfig, RolloutWorker
+from rlinf_models import EmbodiedActorConfig
+from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
 __all__ = [
@@ -46,8 +46,8 @@ class EmbodiedConfig:
     )
     runner: RunnerConfig = attrs.field(factory=RunnerConfig)
     algorithm: AlgorithmConfig = attrs.field(factory=AlgorithmConfig)
-    actor: ActorConfig = attrs.field(factory=ActorConfig)
-    rollout: RolloutConfig = attrs.field(factory=RolloutConfig)
+    actor: EmbodiedActorConfig = attrs.field(factory=EmbodiedActorConfig)
+    rollout: EmbodiedRolloutConfig = attrs.field(factory=EmbodiedRolloutConfig)
     env: EnvConfig = attrs.field(factory=EnvConfig)
 
 
@@ -160,9 +160,9 @@ def load_embodied_config(path: str | Path | None, overrides: Sequence[str] = ())
 
 
 def _actor_worker_class() -> type[Worker]:
-    from rlinf_models import ActorWorker  # type: ignore[attr-defined]
+    from rlinf_models import EmbodiedActorWorker  # type: ignore[attr-defined]
 
-    cls: type[Worker] = ActorWorker
+    cls: type[Worker] = EmbodiedActorWorker
     return cls
 
 
@@ -171,7 +171,7 @@ def launch_groups(
     cluster: Cluster,
     *,
     actor_cls: type[Worker] | None = None,
-    rollout_cls: type[Worker] = RolloutWorker,
+    rollout_cls: type[Worker] = EmbodiedRolloutWorker,
     env_cls: type[Worker] = EnvWorker,
     timeout_s: float = 300.0,
 ) -> dict[str, Any]:
@@ -215,7 +215,7 @@ def run_embodied(
     *,
     cluster: Cluster | None = None,
     actor_cls: type[Worker] | None = None,
-    rollout_cls: type[Worker] = RolloutWorker,
+    rollout_cls: type[Worker] = EmbodiedRolloutWorker,
     env_cls: type[Worker] = EnvWorker,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     evaluate_only: str | None = None,

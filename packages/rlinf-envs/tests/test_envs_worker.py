@@ -73,7 +73,7 @@ def _weights_source() -> type:
 @pytest.mark.parametrize(("stages", "rollout_ws"), [(1, 1), (2, 2)])
 def test_env_and_rollout_exchange_a_trajectory(cluster: Any, stages: int, rollout_ws: int) -> None:
     from rlinf_envs import EnvWorker
-    from rlinf_rollout import RolloutConfig, RolloutWorker
+    from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
     from rlinf_scheduler import Channel, PackedPlacementStrategy
 
     tag = f"{stages}{rollout_ws}"
@@ -95,8 +95,8 @@ def test_env_and_rollout_exchange_a_trajectory(cluster: Any, stages: int, rollou
     )
     spec = env.get_spec().wait(timeout=120)[0]
     model = PolicyConfig(hidden_sizes=(8,))
-    rollout = RolloutWorker.create_group(
-        RolloutConfig(pipeline_stage_num=stages), model, spec, train_num_envs=8, eval_num_envs=4
+    rollout = EmbodiedRolloutWorker.create_group(
+        EmbodiedRolloutConfig(pipeline_stage_num=stages), model, spec, train_num_envs=8, eval_num_envs=4
     ).launch(cluster, PackedPlacementStrategy(0, rollout_ws - 1), name=f"rollout{tag}")
     source = (
         _weights_source()
@@ -157,7 +157,7 @@ def test_env_worker_rejects_uneven_split() -> None:
 @pytest.mark.ray
 def test_grpo_rollouts_reset_groups_and_mask_after_the_episode(cluster: Any) -> None:
     from rlinf_envs import EnvWorker
-    from rlinf_rollout import RolloutConfig, RolloutWorker
+    from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
     from rlinf_scheduler import Channel, PackedPlacementStrategy
 
     split = VecEnvConfig(
@@ -168,8 +168,8 @@ def test_grpo_rollouts_reset_groups_and_mask_after_the_episode(cluster: Any) -> 
     env = EnvWorker.create_group(cfg, alg, 1).launch(cluster, PackedPlacementStrategy(0, 0), name="envg")
     spec = env.get_spec().wait(timeout=120)[0]
     model = PolicyConfig(hidden_sizes=(8,), add_value_head=False)
-    rollout = RolloutWorker.create_group(
-        RolloutConfig(), model, spec, train_num_envs=4, eval_num_envs=4
+    rollout = EmbodiedRolloutWorker.create_group(
+        EmbodiedRolloutConfig(), model, spec, train_num_envs=4, eval_num_envs=4
     ).launch(cluster, PackedPlacementStrategy(0, 0), name="rolloutg")
     source = (
         _weights_source()

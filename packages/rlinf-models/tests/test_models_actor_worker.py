@@ -1,4 +1,4 @@
-"""ActorWorker on Ray: 1 rank (plain module) vs 2 ranks (FSDP2 on gloo), weight sync, checkpoint round trip."""
+"""EmbodiedActorWorker on Ray: 1 rank (plain module) vs 2 ranks (FSDP2 on gloo), weight sync, checkpoint round trip."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_models import ActorConfig, ActorWorker, OptimConfig
+from rlinf_models import EmbodiedActorConfig, EmbodiedActorWorker, OptimConfig
 from rlinf_models.policies import PolicyConfig, build_policy
 from rlinf_scheduler import Channel, Cluster, PackedPlacementStrategy, Worker, WorkerGroup
 
@@ -27,8 +27,8 @@ ALGO = AlgorithmConfig(update_epoch=2, normalize_advantages=True)
 T, E_PER_MSG, N_MSG = 8, 4, 2  # two env messages of 4 envs: 64 samples, 4 mini-batches of 16 per epoch
 
 
-def _actor_cfg(seed: int = 7) -> ActorConfig:
-    return ActorConfig(
+def _actor_cfg(seed: int = 7) -> EmbodiedActorConfig:
+    return EmbodiedActorConfig(
         model=MODEL, optim=OptimConfig(lr=1e-2), global_batch_size=16, micro_batch_size=4, seed=seed
     )
 
@@ -54,7 +54,7 @@ def _messages(seed: int) -> list[dict[str, Any]]:
 
 
 class StandInRollout(Worker):
-    """The rollout side of the weight-sync contract (what RolloutWorker.sync_model_from_actor does)."""
+    """The rollout side of the weight-sync contract (what EmbodiedRolloutWorker.sync_model_from_actor does)."""
 
     def __init__(self) -> None:
         self.policy = build_policy(SPEC, MODEL)
@@ -81,14 +81,14 @@ def cluster() -> Iterator[tuple[Cluster, dict[str, WorkerGroup]]]:
     try:
         with Cluster(num_nodes=1, simulated_accelerators_per_node=4, interrupt_main_on_failure=False) as c:
             groups = {
-                "act1": ActorWorker.create_group(_actor_cfg(), ALGO, SPEC).launch(
+                "act1": EmbodiedActorWorker.create_group(_actor_cfg(), ALGO, SPEC).launch(
                     c, PackedPlacementStrategy(0, 0), name="act1"
                 ),
-                "act2": ActorWorker.create_group(_actor_cfg(), ALGO, SPEC).launch(
+                "act2": EmbodiedActorWorker.create_group(_actor_cfg(), ALGO, SPEC).launch(
                     c, PackedPlacementStrategy(0, 1), name="act2"
                 ),
                 # Another seed: a resumed actor must take everything (weights, generator) from the checkpoint.
-                "act3": ActorWorker.create_group(_actor_cfg(seed=99), ALGO, SPEC).launch(
+                "act3": EmbodiedActorWorker.create_group(_actor_cfg(seed=99), ALGO, SPEC).launch(
                     c, PackedPlacementStrategy(2, 3), name="act3"
                 ),
                 "ro": StandInRollout.create_group().launch(c, PackedPlacementStrategy(2, 3), name="ro"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_models import ActorConfig
+from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EmbodiedPPOTrainer
 from rlinf_models.embodied._actor_worker import _concat_messages
 from rlinf_models.policies import PolicyConfig, build_policy
@@ -19,7 +19,7 @@ SPEC = EnvSpec((3,), "discrete", 1, num_actions=2)
 
 def _trainer(world: int, rank: int, gbs: int, mbs: int = 1) -> EmbodiedPPOTrainer:
     policy = build_policy(SPEC, PolicyConfig(hidden_sizes=(4,)))
-    actor = ActorConfig(global_batch_size=gbs, micro_batch_size=mbs, seed=3)
+    actor = EmbodiedActorConfig(global_batch_size=gbs, micro_batch_size=mbs, seed=3)
     return EmbodiedPPOTrainer(
         policy, AlgorithmConfig(), actor, world_size=world, rank=rank, reduce_sum=lambda x: x
     )

@@ -1,4 +1,4 @@
-"""ActorWorker on CUDA (NCCL when there are two GPUs): skipped on machines without a GPU."""
+"""EmbodiedActorWorker on CUDA (NCCL when there are two GPUs): skipped on machines without a GPU."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_models import ActorConfig
+from rlinf_models import EmbodiedActorConfig
 from rlinf_models.policies import PolicyConfig
 
 pytestmark = [
@@ -55,12 +55,12 @@ def gpu_cluster() -> Iterator[Any]:
 
 
 def test_actor_trains_and_checkpoints_on_cuda(gpu_cluster: Any, tmp_path: Any) -> None:
-    from rlinf_models import ActorWorker
+    from rlinf_models import EmbodiedActorWorker
     from rlinf_scheduler import Channel, PackedPlacementStrategy
 
     ranks = min(2, torch.cuda.device_count())
-    actor_cfg = ActorConfig(model=MODEL, global_batch_size=8, micro_batch_size=4, seed=1)
-    actor = ActorWorker.create_group(actor_cfg, AlgorithmConfig(update_epoch=1), SPEC).launch(
+    actor_cfg = EmbodiedActorConfig(model=MODEL, global_batch_size=8, micro_batch_size=4, seed=1)
+    actor = EmbodiedActorWorker.create_group(actor_cfg, AlgorithmConfig(update_epoch=1), SPEC).launch(
         gpu_cluster, PackedPlacementStrategy(0, ranks - 1), name="gpu-actor"
     )
     ch = Channel.create("gpu-traj")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
-from rlinf_models import ActorConfig, OptimConfig
+from rlinf_models import EmbodiedActorConfig, OptimConfig
 from rlinf_models.embodied import EmbodiedPPOTrainer
 from rlinf_models.policies import PolicyConfig, build_policy
 
@@ -31,7 +31,7 @@ def _batch(t: int = 8, e: int = 4, c: int = 1, seed: int = 0) -> dict[str, torch
 def _trainer(**alg: object) -> EmbodiedPPOTrainer:
     torch.manual_seed(0)
     policy = build_policy(SPEC, PolicyConfig(hidden_sizes=(16,)))
-    actor = ActorConfig(global_batch_size=16, micro_batch_size=8, optim=OptimConfig(lr=1e-2))
+    actor = EmbodiedActorConfig(global_batch_size=16, micro_batch_size=8, optim=OptimConfig(lr=1e-2))
     return EmbodiedPPOTrainer(policy, AlgorithmConfig(update_epoch=2, **alg), actor)  # type: ignore[arg-type]
 
 
@@ -89,7 +89,7 @@ def test_grpo_without_critic() -> None:
     torch.manual_seed(0)
     policy = build_policy(SPEC, PolicyConfig(hidden_sizes=(16,), add_value_head=False))
     alg = AlgorithmConfig(adv_type="grpo", loss_type="actor", group_size=2, update_epoch=1)
-    trainer = EmbodiedPPOTrainer(policy, alg, ActorConfig(global_batch_size=16, micro_batch_size=16))
+    trainer = EmbodiedPPOTrainer(policy, alg, EmbodiedActorConfig(global_batch_size=16, micro_batch_size=16))
     batch = _batch()
     batch["loss_mask"] = torch.ones(8, 4, 1, dtype=torch.bool)
     batch["loss_mask_sum"] = torch.full((8, 4, 1), 8.0)
@@ -116,7 +116,9 @@ def test_loss_agg_func_reaches_the_loss() -> None:
             reward_type="action_level",
             logprob_type="action_level",
         )
-        trainer = EmbodiedPPOTrainer(policy, alg, ActorConfig(global_batch_size=32, micro_batch_size=32))
+        trainer = EmbodiedPPOTrainer(
+            policy, alg, EmbodiedActorConfig(global_batch_size=32, micro_batch_size=32)
+        )
         batch = _batch(c=2)
         batch["prev_logprobs"] = torch.full((8, 4, 2), -0.69)
         batch["loss_mask"] = torch.ones(8, 4, 2, dtype=torch.bool)

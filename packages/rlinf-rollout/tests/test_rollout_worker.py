@@ -11,7 +11,7 @@ import pytest
 import torch
 from rlinf_core.protocols import EnvSpec
 from rlinf_models.policies import PolicyConfig, build_policy
-from rlinf_rollout import RolloutConfig
+from rlinf_rollout import EmbodiedRolloutConfig
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -21,9 +21,9 @@ MODEL = PolicyConfig(hidden_sizes=(8,))
 
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="pipeline_stage_num"):
-        RolloutConfig(pipeline_stage_num=0)
+        EmbodiedRolloutConfig(pipeline_stage_num=0)
     with pytest.raises(ValueError, match="recv_timeout_s"):
-        RolloutConfig(recv_timeout_s=0)
+        EmbodiedRolloutConfig(recv_timeout_s=0)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +72,15 @@ def _workers() -> tuple[type, type]:
 
 @pytest.mark.ray
 def test_weights_from_the_actor_drive_the_served_actions(cluster: Any) -> None:
-    from rlinf_rollout import RolloutWorker
+    from rlinf_rollout import EmbodiedRolloutWorker
     from rlinf_scheduler import NodePlacementStrategy
 
     trainer_cls, env_cls = _workers()
     on_node0 = NodePlacementStrategy([0])
     trainer = trainer_cls.create_group(123).launch(cluster, on_node0, name="trainer")
     env = env_cls.create_group().launch(cluster, on_node0, name="envs")
-    rollout = RolloutWorker.create_group(
-        RolloutConfig(), MODEL, SPEC, train_num_envs=6, eval_num_envs=6
+    rollout = EmbodiedRolloutWorker.create_group(
+        EmbodiedRolloutConfig(), MODEL, SPEC, train_num_envs=6, eval_num_envs=6
     ).launch(cluster, on_node0, name="rollout")
     assert rollout.get_model_version().wait(timeout=60) == [-1]
     syncing = rollout.sync_model_from_actor("trainer")

@@ -98,6 +98,12 @@ class Echo(Worker):
     def _private(self) -> int:
         return 1
 
+    def size_of(self, group_name: str) -> int | str:
+        try:
+            return self.group_world_size(group_name)
+        except ValueError as e:  # returned, not raised: a raising method would end the run
+            return str(e)
+
 
 class SlowInit(Worker):
     def __init__(self, seconds: float) -> None:
@@ -144,6 +150,20 @@ def test_group_call_results_in_rank_order_and_env(cluster: Cluster) -> None:
             assert env["RLINF_ACCELERATOR_TYPE"] == "cpu"
     finally:
         group.shutdown()
+
+
+def test_group_world_size_of_another_group(cluster: Cluster) -> None:
+    three = Echo.create_group("a").launch(cluster, PackedPlacementStrategy(0, 2), name="sized3")
+    two = Echo.create_group("b").launch(cluster, PackedPlacementStrategy(0, 1), name="sized2")
+    try:
+        assert two.size_of("sized3").wait(timeout=60) == [3, 3]
+        assert three.size_of("sized2").wait(timeout=60) == [2, 2, 2]
+        assert three.size_of("sized3").wait(timeout=60) == [3, 3, 3]
+        (missing,) = two.execute_on(0).size_of("absent").wait(timeout=60)
+        assert "no worker group 'absent'" in missing
+    finally:
+        three.shutdown()
+        two.shutdown()
 
 
 def test_execute_on_and_await(cluster: Cluster) -> None:

@@ -20,8 +20,7 @@ import torch
 from rlinf_algos import compute_loss_mask
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, EpisodeStats, VecEnv
-from rlinf_core.runners import peer_slices
-from rlinf_scheduler import Channel, Worker
+from rlinf_scheduler import Channel, Worker, peer_slices
 
 from ._config import EnvConfig, VecEnvConfig
 from ._factory import make_vec_env

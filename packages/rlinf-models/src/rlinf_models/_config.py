@@ -9,7 +9,7 @@ from attrs import validators as v
 
 from .policies import PolicyConfig
 
-__all__ = ["ActorConfig", "OptimConfig"]
+__all__ = ["EmbodiedActorConfig", "OptimConfig"]
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
@@ -35,7 +35,7 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
-class ActorConfig:
+class EmbodiedActorConfig:
     """The actor (training) component (config ``actor``)."""
 
     model: PolicyConfig = attrs.field(factory=PolicyConfig)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-__all__ = ["RolloutConfig"]
+__all__ = ["EmbodiedRolloutConfig"]
 
 
 @attrs.frozen(kw_only=True)
-class RolloutConfig:
+class EmbodiedRolloutConfig:
     """The rollout component (config ``rollout``)."""
 
     pipeline_stage_num: int = attrs.field(default=1, validator=v.ge(1))

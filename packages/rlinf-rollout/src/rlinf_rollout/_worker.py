@@ -1,4 +1,4 @@
-"""``RolloutWorker``: batched policy inference for the env ranks, with weights synced from the actor."""
+"""``EmbodiedRolloutWorker``: batched policy inference for the env ranks, with weights synced from the actor."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from rlinf_core.protocols import EnvSpec
-from rlinf_core.runners import peer_slices
 from rlinf_models.policies import PolicyConfig, build_policy
-from rlinf_scheduler import Worker
+from rlinf_scheduler import Worker, peer_slices
 
-from ._config import RolloutConfig
+from ._config import EmbodiedRolloutConfig
 
-__all__ = ["RolloutWorker"]
+__all__ = ["EmbodiedRolloutWorker"]
 
 
-class RolloutWorker(Worker):
+class EmbodiedRolloutWorker(Worker):
     """Serves observation requests of the env ranks with ``policy.act`` on a copy of the actor's policy.
 
     Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
@@ -35,7 +34,7 @@ class RolloutWorker(Worker):
 
     def __init__(
         self,
-        cfg: RolloutConfig,
+        cfg: EmbodiedRolloutConfig,
         model: PolicyConfig,
         spec: EnvSpec,
         *,

@@ -24,6 +24,7 @@ from ._placement import (
     PlacementStrategy,
     StaticClusterView,
 )
+from ._sharding import peer_slices, shard_bounds
 from ._worker import Worker, WorkerContext, timed
 
 __version__ = _version("rlinf-scheduler")
@@ -60,6 +61,8 @@ __all__ = [
     "WorkerFailure",
     "WorkerGroup",
     "__version__",
+    "peer_slices",
     "resolve_placement",
+    "shard_bounds",
     "timed",
 ]

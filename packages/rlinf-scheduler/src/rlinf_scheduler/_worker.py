@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 import attrs
+import ray
 
 from ._comm import CommMixin
-from ._errors import WorkerFailure
+from ._errors import SchedulerTimeoutError, WorkerFailure
 
 if TYPE_CHECKING:
     from ._group import GroupLauncher
@@ -121,6 +122,27 @@ class Worker(CommMixin):
     def namespace(self) -> str:
         """Ray namespace of the run."""
         return self._rlinf_ctx.namespace
+
+    def group_world_size(self, group_name: str, timeout: float = 60.0) -> int:
+        """Number of workers of another group of the same run (e.g. the rollout group, for a weight sync).
+
+        The answer comes from that group's rank 0 and is cached per name.
+
+        Args:
+            group_name: the other group's name (as given to ``launch``).
+            timeout: seconds to wait for rank 0's answer.
+
+        Raises:
+            ValueError: no group of that name runs in this run's namespace.
+            SchedulerTimeoutError: rank 0 did not answer within ``timeout``.
+        """
+        sizes: dict[str, int] = self.__dict__.setdefault("_rlinf_group_sizes", {})
+        if group_name not in sizes:
+            if group_name == self.group_name:
+                sizes[group_name] = self.world_size
+            else:
+                sizes[group_name] = _remote_world_size(group_name, self.namespace, timeout)
+        return sizes[group_name]
 
     @property
     def placement(self) -> Placement:
@@ -236,11 +258,32 @@ class Worker(CommMixin):
         """Release communication resources (shared memory, pair groups) before the actor is killed."""
         self._comm_close()
 
+    def _rlinf_world_size(self) -> int:
+        """This worker's group size (answered to :meth:`group_world_size` of other groups)."""
+        return self.world_size
+
     def _rlinf_watch(self) -> WorkerFailure:
         """Block until this worker records a failure, then return it (the driver's monitor keeps one pending)."""
         self.__dict__["_rlinf_failed"].wait()
         failure: WorkerFailure = self.__dict__["_rlinf_failure"]
         return failure
+
+
+def _remote_world_size(group_name: str, namespace: str, timeout: float) -> int:
+    try:
+        handle = ray.get_actor(f"{group_name}:0", namespace=namespace)
+    except ValueError:
+        raise ValueError(
+            f"no worker group {group_name!r} in this run (no Ray actor '{group_name}:0' in namespace "
+            f"{namespace!r})"
+        ) from None
+    try:
+        size: int = ray.get(handle._rlinf_world_size.remote(), timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise SchedulerTimeoutError(
+            f"group_world_size({group_name!r}): rank 0 of {group_name!r} did not answer within {timeout} s"
+        ) from None
+    return size
 
 
 class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 from attrs import validators as v
 from rlinf_algos.rewards import get_reward_class
-from rlinf_scheduler import Worker, timed
+from rlinf_scheduler import Worker, shard_bounds, timed
 
 __all__ = ["RewardConfig", "RewardWorker", "build_reward"]
 
@@ -90,9 +90,7 @@ class RewardWorker(Worker):
         """``[start, stop)`` of this rank's contiguous share of ``n`` items (all of them outside a group)."""
         if self._rlinf_context is None:
             return 0, n
-        base, extra = divmod(n, self.world_size)
-        start = self.rank * base + min(self.rank, extra)
-        return start, start + base + (1 if self.rank < extra else 0)
+        return shard_bounds(n, self.rank, self.world_size)
 
     @timed(name="reward")
     def compute(

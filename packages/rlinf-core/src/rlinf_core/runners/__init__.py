@@ -3,7 +3,6 @@
 from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
 from ._config import LoggerConfig, RunnerConfig
 from ._embodied import EmbodiedRunner, GroupLike, RunResult
-from ._pipeline import peer_slices
 from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig
 
 __all__ = [
@@ -18,6 +17,5 @@ __all__ = [
     "RunnerConfig",
     "SFTConfig",
     "TurnRewardConfig",
-    "peer_slices",
     "turn_advantages",
 ]

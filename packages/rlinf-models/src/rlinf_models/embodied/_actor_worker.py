@@ -1,9 +1,9 @@
-"""``ActorWorker``: the embodied training group (FSDP2 data parallel over the actor ranks).
+"""``EmbodiedActorWorker``: the embodied training group (FSDP2 data parallel over the actor ranks).
 
-The runner drives it by method name (see the rlinf-models README, "ActorWorker"):
+The runner drives it by method name (see the rlinf-models README, "EmbodiedActorWorker"):
 
 ```python
-actor = ActorWorker.create_group(cfg.actor, cfg.algorithm, spec, total_steps=...).launch(cluster, strategy, name="actor")
+actor = EmbodiedActorWorker.create_group(cfg.actor, cfg.algorithm, spec, total_steps=...).launch(cluster, strategy, name="actor")
 actor.sync_model_to_rollout("rollout")  # ‖ rollout.sync_model_from_actor("actor")
 actor.recv_rollout_batch(channel, num_messages, timeout)  # ‖ env.interact(...) ‖ rollout.generate(...)
 actor.compute_advantages_and_returns().wait()[0]  # rollout/* metrics (global)
@@ -29,7 +29,7 @@ from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec
 from rlinf_scheduler import Channel, Empty, Worker, timed
 
-from .._config import ActorConfig
+from .._config import EmbodiedActorConfig
 from .._fsdp import (
     full_model_state_dict,
     full_optimizer_state_dict,
@@ -38,11 +38,10 @@ from .._fsdp import (
     load_full_optimizer_state_dict,
     shard_module,
 )
-from .._groups import count_group_workers
 from ..policies import build_policy
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
 
-__all__ = ["CHECKPOINT_SUBDIR", "ActorWorker"]
+__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker"]
 
 CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
@@ -95,7 +94,7 @@ def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tenso
     return out
 
 
-class ActorWorker(Worker):
+class EmbodiedActorWorker(Worker):
     """Trains the embodied actor-critic with :class:`EmbodiedPPOTrainer`; FSDP2 over ranks when there are several.
 
     Every rank builds the policy from the same seed (``actor.seed``), so all start from identical weights;
@@ -114,7 +113,7 @@ class ActorWorker(Worker):
 
     def __init__(
         self,
-        actor: ActorConfig,
+        actor: EmbodiedActorConfig,
         algorithm: AlgorithmConfig,
         spec: EnvSpec,
         *,
@@ -143,7 +142,6 @@ class ActorWorker(Worker):
             reduce_sum=self._all_reduce_sum if self.distributed else None,
         )
         self._batch: dict[str, torch.Tensor] | None = None
-        self._rollout_world_sizes: dict[str, int] = {}
         self._offloaded = False
         if actor.enable_offload:
             self._offload()
@@ -176,12 +174,6 @@ class ActorWorker(Worker):
         if device.type == "cpu":
             torch.cuda.empty_cache()
 
-    def _group_world_size(self, group_name: str) -> int:
-        """Number of workers of another group of this run (named Ray actors ``f"{group}:{rank}"``)."""
-        if group_name not in self._rollout_world_sizes:
-            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
-        return self._rollout_world_sizes[group_name]
-
     # ---------------------------------------------------------------------------------------- the loop
     def get_model_version(self) -> int:
         """Number of completed :meth:`run_training` calls (0 = initial weights); what weight sync sends."""
@@ -209,7 +201,7 @@ class ActorWorker(Worker):
         state = full_model_state_dict(self.policy)
         version = self.get_model_version()
         if self.rank == 0:
-            ranks = rollout_world_size or self._group_world_size(rollout_group_name)
+            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
             self.broadcast(
                 {"version": version, "state_dict": state},
                 groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],

@@ -41,7 +41,7 @@ from rlinf_algos import (
 from rlinf_core.config import AlgorithmConfig
 from torch import nn
 
-from .._config import ActorConfig
+from .._config import EmbodiedActorConfig
 from ..policies import ActorCritic
 
 __all__ = ["REQUIRED_BATCH_KEYS", "EmbodiedPPOTrainer"]
@@ -87,7 +87,7 @@ class EmbodiedPPOTrainer:
         self,
         policy: ActorCritic | nn.Module,
         algorithm: AlgorithmConfig,
-        actor: ActorConfig,
+        actor: EmbodiedActorConfig,
         *,
         world_size: int = 1,
         rank: int = 0,

@@ -57,7 +57,6 @@ from .._fsdp import (
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
 )
-from .._groups import count_group_workers
 from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
 from ._policy import CausalLMPolicy
@@ -217,7 +216,6 @@ class LLMActorWorker(Worker):
         self.skipped_steps = 0
         self.version = 0
         self._loss_agg = get_loss_agg_func(algorithm.loss_agg_func)
-        self._rollout_world_sizes: dict[str, int] = {}
         self._offloaded = False
         if cfg.enable_offload:
             self.offload()
@@ -667,11 +665,6 @@ class LLMActorWorker(Worker):
         load_full_model_state_dict(self.ref_policy, ref_state)
 
     # ---------------------------------------------------------------------------------- weight sync
-    def _group_world_size(self, group_name: str) -> int:
-        if group_name not in self._rollout_world_sizes:
-            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
-        return self._rollout_world_sizes[group_name]
-
     def _hf_state(self) -> dict[str, torch.Tensor]:
         """Full HF-keyed CPU state dict on rank 0 (``{}`` elsewhere); collective."""
         state = full_model_state_dict(self.policy)
@@ -695,7 +688,7 @@ class LLMActorWorker(Worker):
         state = self._hf_state()
         version = self.get_model_version()
         if self.rank == 0:
-            ranks = rollout_world_size or self._group_world_size(rollout_group_name)
+            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
             self.broadcast(
                 {"version": version, "state_dict": state},
                 groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],

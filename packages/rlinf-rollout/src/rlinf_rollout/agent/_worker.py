@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlinf_models.llm import load_tokenizer
+from rlinf_scheduler import shard_bounds
 
-from ..llm._worker import LLMRolloutWorker, shard_bounds
+from ..llm._worker import LLMRolloutWorker
 from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, build_system_prompt
 from ._config import ToolsConfig, build_toolbox
 from ._loop import AgentLoop, AgentLoopConfig

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._hf import HFGenerateEngine
     from ._sglang import SGLangEngine
     from ._vllm import VLLMEngine
-    from ._worker import LLMRolloutWorker, shard_bounds
+    from ._worker import LLMRolloutWorker
 
 __all__ = [
     "ENGINES",
@@ -33,7 +33,6 @@ __all__ = [
     "VLLMEngine",
     "VLLMOptions",
     "build_engine",
-    "shard_bounds",
 ]
 
 _LAZY = {
@@ -41,7 +40,6 @@ _LAZY = {
     "VLLMEngine": "._vllm",
     "SGLangEngine": "._sglang",
     "LLMRolloutWorker": "._worker",
-    "shard_bounds": "._worker",
 }
 
 

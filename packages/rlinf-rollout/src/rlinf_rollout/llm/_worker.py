@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from rlinf_scheduler import Worker
+from rlinf_scheduler import Worker, shard_bounds
 
 from ._config import LLMRolloutConfig
 from ._factory import build_engine
@@ -14,17 +14,7 @@ from ._factory import build_engine
 if TYPE_CHECKING:
     from rlinf_models.llm import LLMModelConfig
 
-__all__ = ["LLMRolloutWorker", "shard_bounds"]
-
-
-def shard_bounds(num_items: int, rank: int, world_size: int) -> tuple[int, int]:
-    """``[start, stop)`` of rank ``rank``'s contiguous share of ``num_items`` (sizes differ by at most one).
-
-    Concatenating the shares of ranks ``0 .. world_size - 1`` gives back ``range(num_items)``.
-    """
-    base, extra = divmod(num_items, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
+__all__ = ["LLMRolloutWorker"]
 
 
 class LLMRolloutWorker(Worker):
@@ -33,10 +23,10 @@ class LLMRolloutWorker(Worker):
     Weights: the engine starts from ``model_cfg`` (the same checkpoint the actor loads); afterwards actor rank 0
     broadcasts ``{"version": int, "state_dict": full CPU state dict}`` to every rollout rank (groups
     ``[(actor, 0), (rollout, all ranks)]``), received by :meth:`sync_model_from_actor` and loaded into the
-    running engine (the embodied ``RolloutWorker`` protocol).
+    running engine (the embodied ``EmbodiedRolloutWorker`` protocol).
 
     Data parallelism: a group call sends the same arguments to every rank, so :meth:`generate` takes this
-    rank's contiguous share of ``prompts`` (:func:`shard_bounds`); concatenating the lists returned by the ranks
+    rank's contiguous share of ``prompts`` (:func:`rlinf_scheduler.shard_bounds`); concatenating the lists returned by the ranks
     in rank order gives one output per prompt, in prompt order. Pass ``shard=False`` when calling one rank
     with its own prompts (``group.execute_on(r).generate(...)``).
 

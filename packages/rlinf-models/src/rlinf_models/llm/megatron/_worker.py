@@ -14,7 +14,6 @@ import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_scheduler import Worker
 
-from ..._groups import count_group_workers
 from .._config import LLMActorConfig
 from ._backend import MegatronActorBackend
 from ._config import MegatronConfig
@@ -51,7 +50,6 @@ class MegatronLLMActorWorker(Worker):
         self.backend = MegatronActorBackend(
             cfg, megatron or MegatronConfig(), algorithm, total_steps=total_steps
         )
-        self._rollout_world_sizes: dict[str, int] = {}
 
     def get_model_version(self) -> int:
         """Completed :meth:`run_training` / :meth:`run_sft` calls (0 = initial weights)."""
@@ -93,11 +91,6 @@ class MegatronLLMActorWorker(Worker):
         """See :meth:`MegatronActorBackend.save_hf`."""
         return self.backend.save_hf(path)
 
-    def _group_world_size(self, group_name: str) -> int:
-        if group_name not in self._rollout_world_sizes:
-            self._rollout_world_sizes[group_name] = count_group_workers(group_name, self.namespace)
-        return self._rollout_world_sizes[group_name]
-
     def sync_model_to_rollout(
         self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
     ) -> int:
@@ -113,7 +106,7 @@ class MegatronLLMActorWorker(Worker):
         state = self.backend.export_hf_state_dict()
         version = self.get_model_version()
         if self.rank == 0:
-            ranks = rollout_world_size or self._group_world_size(rollout_group_name)
+            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
             self.broadcast(
                 {"version": version, "state_dict": state},
                 groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],

@@ -1,8 +1,24 @@
-"""How the per-stage batch of environments is split between env ranks and rollout ranks."""
+"""Splitting a batch between the ranks of a group, and between two groups of different sizes."""
 
 from __future__ import annotations
 
-__all__ = ["peer_slices"]
+__all__ = ["peer_slices", "shard_bounds"]
+
+
+def shard_bounds(num_items: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s contiguous share of ``num_items`` (sizes differ by at most one).
+
+    Concatenating the shares of ranks ``0 .. world_size - 1`` gives back ``range(num_items)``.
+
+    Example:
+        >>> [shard_bounds(5, r, 2) for r in range(2)]
+        [(0, 3), (3, 5)]
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
+    base, extra = divmod(num_items, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
 
 
 def peer_slices(total: int, rank: int, world_size: int, peer_world_size: int) -> list[tuple[int, int, int]]:
