@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["algos", "scheduler", "core", "envs", "models", "rollout"]
+PACKAGES = ["algos", "scheduler", "core", "envs", "models", "rollout", "runners"]
 
 
 def _uv() -> str:

@@ -17,7 +17,6 @@ import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, load_config, unstructure_config
 from rlinf_core.data import ChatPromptEncoder, DataConfig, PromptDataset, load_prompt_dataset
 from rlinf_core.rewards import RewardConfig, RewardWorker
-from rlinf_core.runners import AgentRunner, RunnerConfig, RunResult, SFTConfig, TurnRewardConfig
 from rlinf_models.llm import (
     SMOLLM2_ALIAS,
     LLMActorConfig,
@@ -30,6 +29,7 @@ from rlinf_models.llm import (
 )
 from rlinf_rollout.agent import AgentLoopConfig, ToolsConfig, build_system_prompt, build_toolbox
 from rlinf_rollout.llm import LLMRolloutConfig
+from rlinf_runners import AgentRunner, RunnerConfig, RunResult, SFTConfig, TurnRewardConfig
 from rlinf_scheduler import Cluster, ClusterConfig, ModelParallelComponentPlacement, Worker
 
 __all__ = [

@@ -14,10 +14,10 @@ from typing import Any
 
 import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, load_config, unstructure_config
-from rlinf_core.runners import EmbodiedRunner, RunnerConfig, RunResult
 from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig
 from rlinf_models import EmbodiedActorConfig
 from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
+from rlinf_runners import EmbodiedRunner, RunnerConfig, RunResult
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
 __all__ = [

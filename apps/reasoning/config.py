@@ -19,14 +19,6 @@ import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, load_config, unstructure_config
 from rlinf_core.data import ChatPromptEncoder, DataConfig, PromptDataset, load_prompt_dataset
 from rlinf_core.rewards import RewardConfig, RewardWorker
-from rlinf_core.runners import (
-    REASONING_ADV_TYPES,
-    LoggerConfig,
-    ReasoningRunner,
-    RunnerConfig,
-    RunResult,
-    SFTConfig,
-)
 from rlinf_models.llm import (
     SMOLLM2_ALIAS,
     LLMActorConfig,
@@ -38,6 +30,14 @@ from rlinf_models.llm import (
     training_backend_problems,
 )
 from rlinf_rollout.llm import LLMRolloutConfig
+from rlinf_runners import (
+    REASONING_ADV_TYPES,
+    LoggerConfig,
+    ReasoningRunner,
+    RunnerConfig,
+    RunResult,
+    SFTConfig,
+)
 from rlinf_scheduler import Cluster, ClusterConfig, ModelParallelComponentPlacement, StaticClusterView, Worker
 
 __all__ = [

@@ -20,17 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlinf_scheduler import Channel
-from tqdm.auto import tqdm
-
-from ..checkpoint import (
+from rlinf_core.checkpoint import (
     CheckpointManager,
     capture_rng_state,
     checkpoint_step,
     resolve_resume_dir,
     restore_rng_state,
 )
-from ..metrics import MetricLogger
+from rlinf_core.metrics import MetricLogger
+from rlinf_scheduler import Channel
+from tqdm.auto import tqdm
+
 from ._config import RunnerConfig
 from ._progress import log_step
 

@@ -46,18 +46,18 @@ from rlinf_algos import (
     overlong_reward_penalty,
     reinpp,
 )
-from tqdm.auto import tqdm
-
-from ..checkpoint import (
+from rlinf_core.checkpoint import (
     CheckpointManager,
     capture_rng_state,
     checkpoint_step,
     resolve_resume_dir,
     restore_rng_state,
 )
-from ..config import AlgorithmConfig
-from ..data import DataConfig, PromptDataset, PromptEncoder, PromptSampler, pack_sequences
-from ..metrics import MetricLogger
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, PromptSampler, pack_sequences
+from rlinf_core.metrics import MetricLogger
+from tqdm.auto import tqdm
+
 from ._config import RunnerConfig
 from ._embodied import GroupLike, RunResult, _CallLike
 from ._progress import log_step

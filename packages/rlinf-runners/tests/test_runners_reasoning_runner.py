@@ -13,7 +13,7 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import DataConfig, PromptDataset, PromptExample
 from rlinf_core.metrics import read_metrics
-from rlinf_core.runners import LoggerConfig, ReasoningRunner, RunnerConfig, SFTConfig
+from rlinf_runners import LoggerConfig, ReasoningRunner, RunnerConfig, SFTConfig
 
 
 class _Done:

@@ -1,6 +1,6 @@
 """The agent training loop: SFT on tool-use demonstrations, then multi-turn RL with per-turn group advantages.
 
-:class:`AgentRunner` is a :class:`~rlinf_core.runners.ReasoningRunner` whose rollout runs whole tool-using
+:class:`AgentRunner` is a :class:`~rlinf_runners.ReasoningRunner` whose rollout runs whole tool-using
 episodes instead of single responses. It reuses the reasoning runner's loop (warm-up, evaluation cadence,
 weight sync, checkpoints, resume, metrics) and replaces the collection, the advantages and the evaluation.
 The groups are driven by method name only:
@@ -34,9 +34,9 @@ import attrs
 import numpy as np
 from attrs import validators as v
 from rlinf_algos import grpo_dynamic
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, pack_sequences
 
-from ..config import AlgorithmConfig
-from ..data import DataConfig, PromptDataset, PromptEncoder, pack_sequences
 from ._config import RunnerConfig
 from ._embodied import GroupLike
 from ._reasoning import (

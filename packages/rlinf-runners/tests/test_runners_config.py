@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from rlinf_core.config import ConfigError, structure_config
-from rlinf_core.runners import RunnerConfig
+from rlinf_runners import RunnerConfig
 
 
 def test_runner_config_total_steps_and_errors() -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import attrs
 from attrs import validators as v
-
-from ..metrics import BACKENDS
+from rlinf_core.metrics import BACKENDS
 
 __all__ = ["LoggerConfig", "RunnerConfig"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
-from rlinf_core.runners import EmbodiedRunner, LoggerConfig, RunnerConfig
+from rlinf_runners import EmbodiedRunner, LoggerConfig, RunnerConfig
 
 
 class _Done:

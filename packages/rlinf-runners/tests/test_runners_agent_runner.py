@@ -13,7 +13,7 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import DataConfig, PromptDataset, PromptExample
 from rlinf_core.metrics import read_metrics
-from rlinf_core.runners import (
+from rlinf_runners import (
     AgentRunner,
     LoggerConfig,
     RunnerConfig,
