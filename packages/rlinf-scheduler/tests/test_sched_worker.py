@@ -81,6 +81,16 @@ class Echo(Worker):
         await asyncio.sleep(0.01)
         return x + self.rank
 
+    async def composed(self, x: int) -> list[int]:
+        # RLinf's workers await their own coroutine methods (and gather them) inside a coroutine method.
+        one = await self.coro(x)
+        timed_too = await self.work_async()
+        both = await asyncio.gather(self.coro(x + 1), self.coro(x + 2))
+        return [one, *both, len(timed_too)]
+
+    def sync_calls_async(self, x: int) -> int:
+        return self.coro(x)  # type: ignore[return-value]  # a plain method may call a coroutine method
+
     @timed
     def work(self) -> None:
         time.sleep(0.05)
@@ -178,6 +188,16 @@ def test_execute_on_and_await(cluster: Cluster) -> None:
         assert asyncio.run(main()) == [3, 4, 5]
         with pytest.raises(ValueError, match=r"rank 3 is not in 0\.\.2"):
             group.execute_on(3)
+    finally:
+        group.shutdown()
+
+
+def test_async_methods_compose(cluster: Cluster) -> None:
+    group = Echo.create_group("a").launch(cluster, PackedPlacementStrategy(0, 1), name="composed")
+    try:
+        assert group.composed(10).wait(timeout=60) == [[10, 11, 12, 4], [11, 12, 13, 4]]
+        assert group.sync_calls_async(5).wait(timeout=60) == [5, 6]
+        assert group.pop_timings().wait(timeout=30)[0].keys() == {"work_async"}
     finally:
         group.shutdown()
 

@@ -160,6 +160,14 @@ def _leave_call(depth: int) -> None:
     _CALL_DEPTH.n = depth
 
 
+def _in_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _recording_wrapper(fn: Any, name: str) -> Any:
     is_coroutine = inspect.iscoroutinefunction(fn)
 
@@ -168,6 +176,10 @@ def _recording_wrapper(fn: Any, name: str) -> Any:
         # Only the outermost call on this thread is a group call: an exception raised by a nested
         # ``self.recv(...)`` that the user's method catches must not end the run.
         # (module-level helpers: the wrapper is pickled by value, a threading.local cannot be)
+        if is_coroutine and _in_running_loop():
+            # ``await self.other_async_method()`` inside another coroutine method: hand back the coroutine
+            # for the caller's loop (the outer group call records a failure if it escapes).
+            return fn(self, *args, **kwargs)
         depth = _enter_call()
         try:
             if is_coroutine:

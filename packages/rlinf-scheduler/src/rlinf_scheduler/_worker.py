@@ -72,8 +72,9 @@ class Worker(CommMixin):
 
     Methods whose name starts with ``_`` are not callable through the group. A worker runs in a threaded actor:
     several calls may run at once (e.g. a communication call while a method blocks in ``recv``), so guard
-    shared state of your own accordingly. ``async def`` methods run to completion in their own event loop on
-    the calling thread.
+    shared state of your own accordingly. An ``async def`` method called through the group runs to completion
+    in its own event loop on the calling thread; inside it, ``await self.other_async_method()`` works as in
+    plain asyncio (the nested call runs on that same loop).
 
     Example:
         >>> class Doubler(Worker):
