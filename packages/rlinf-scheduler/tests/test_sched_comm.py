@@ -53,6 +53,16 @@ class Peer(Worker):
             return f"{type(e).__name__}: {e}"
         return "ok"
 
+    def timed_error(self, method: str, *args: Any) -> tuple[str, float]:
+        start = time.monotonic()
+        try:
+            result = getattr(CommMixin, method)(self, *args)
+            if method == "irecv":
+                result.wait(0.1)
+        except (ValueError, RuntimeError, TimeoutError) as e:
+            return f"{type(e).__name__}: {e}", time.monotonic() - start
+        return "ok", time.monotonic() - start
+
     def send_many(self, group: str, rank: int, n: int) -> None:
         for i in range(n):
             payload = torch.full((BIG,), float(i)) if i % 3 == 0 else {"i": i}
@@ -86,6 +96,9 @@ class Peer(Worker):
 
     def bcast(self, obj: Any, groups: list[tuple[str, Any]], src: tuple[str, int]) -> Any:
         return self.broadcast(obj, groups, src, timeout=30)
+
+    def bcast_default(self, obj: Any, groups: list[tuple[str, Any]]) -> Any:
+        return self.broadcast(obj, groups, timeout=30)
 
     def transport_stats(self) -> dict[str, int]:
         return dict(self._comm().stats)
@@ -201,6 +214,51 @@ def test_invalid_peers_are_clear_errors(groups: tuple[WorkerGroup, WorkerGroup])
     assert msg.startswith("ValueError: no worker ('nope', 3)")
     (msg,) = r.call_error("send", 1, "cb", -1).wait(timeout=30)
     assert msg == "ValueError: destination rank must be an int >= 0, got -1"
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "expected"),
+    [
+        ("recv", ("nope", 0), "no worker ('nope', 0)"),
+        ("recv", ("cb", 7), "no worker ('cb', 7)"),
+        ("irecv", ("cb", 7), "no worker ('cb', 7)"),
+        ("send", (1, "cb", 7), "no worker ('cb', 7)"),
+        ("send", (torch.ones(BIG), "nope", 0), "no worker ('nope', 0)"),
+        ("broadcast", (1, [("ca", [0, 1]), ("cb", 7)], ("ca", 0)), "no worker ('cb', 7)"),
+        ("broadcast", (None, [("ca", [0, 1]), ("nope", 0)], ("ca", 1)), "no worker ('nope', 0)"),
+    ],
+)
+def test_unknown_peers_fail_at_once_naming_them(
+    groups: tuple[WorkerGroup, WorkerGroup], method: str, args: tuple[Any, ...], expected: str
+) -> None:
+    a, _ = groups
+    # recv without a timeout would wait for ever if the peer were not checked.
+    (msg, seconds) = a.execute_on(0).timed_error(method, *args).wait(timeout=30)[0]
+    assert msg.startswith(f"ValueError: {expected}"), msg
+    assert seconds < 2.0, (msg, seconds)
+    if expected.startswith("no worker ('cb'"):
+        assert "group 'cb' has ranks 0..0" in msg
+    else:
+        assert "no group 'nope' runs" in msg and "'ca'" in msg and "'cb'" in msg
+
+
+def test_recv_from_itself_is_refused(groups: tuple[WorkerGroup, WorkerGroup]) -> None:
+    a, _ = groups
+    (msg, _) = a.execute_on(1).timed_error("recv", "ca", 1).wait(timeout=30)[0]
+    assert msg == "ValueError: a worker cannot receive from itself: ('ca', 1)"
+
+
+def test_broadcast_source_defaults_to_the_first_listed_worker(
+    groups: tuple[WorkerGroup, WorkerGroup],
+) -> None:
+    a, b = groups
+    listed = [("cb", 0), ("ca", [1, 0])]  # RLinf's rule: the first worker listed is the source
+    calls = [
+        b.execute_on(0).call("bcast_default", {"w": torch.arange(4)}, listed),
+        a.call("bcast_default", None, listed),
+    ]
+    results = [r for c in calls for r in c.wait(timeout=60)]
+    assert all(torch.equal(r["w"], torch.arange(4)) for r in results)
 
 
 def test_received_tensor_is_a_private_writable_copy(groups: tuple[WorkerGroup, WorkerGroup]) -> None:

@@ -190,7 +190,8 @@ class _CommState:
                 handle = ray.get_actor(name, namespace=self.namespace)
             except ValueError:
                 raise ValueError(
-                    f"no worker ({peer[0]!r}, {peer[1]}) (Ray actor {name!r}) in namespace {self.namespace!r}"
+                    f"no worker ({peer[0]!r}, {peer[1]}) (Ray actor {name!r}) in namespace {self.namespace!r}: "
+                    + _why_missing(peer, _running_groups(self.namespace))
                 ) from None
             with self.lock:
                 self.actors[peer] = handle
@@ -299,6 +300,24 @@ class _CommState:
             self.nccl.close()
 
 
+def _running_groups(namespace: str | None) -> dict[str, int]:
+    """Worker groups alive in ``namespace``: name -> number of ranks found (from Ray's named actors)."""
+    found: dict[str, set[int]] = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        group, _, rank = str(entry["name"]).rpartition(":")
+        if entry["namespace"] == namespace and group and rank.isdigit():
+            found.setdefault(group, set()).add(int(rank))
+    return {g: max(ranks) + 1 for g, ranks in sorted(found.items())}
+
+
+def _why_missing(peer: PeerKey, groups: dict[str, int]) -> str:
+    if peer[0] in groups:
+        return f"group {peer[0]!r} has ranks 0..{groups[peer[0]] - 1}"
+    return (
+        f"no group {peer[0]!r} runs (running groups: {sorted(groups)}; a group exists once launch() returned)"
+    )
+
+
 def _peer(group_name: str, rank: int, what: str) -> PeerKey:
     if not isinstance(group_name, str) or not group_name:
         raise ValueError(f"{what} group name must be a non-empty str, got {group_name!r}")
@@ -321,6 +340,13 @@ def _members(groups: Sequence[tuple[str, int | Iterable[int]]]) -> list[PeerKey]
             raise ValueError(f"groups entry {item!r} has no ranks")
         out.update(_peer(name, r, "broadcast") for r in rank_list)
     return sorted(out)
+
+
+def _first_listed(groups: Sequence[tuple[str, int | Iterable[int]]]) -> PeerKey:
+    """The first worker named in ``groups`` (already checked by ``_members``): the default broadcast source."""
+    name, ranks = groups[0]
+    first = ranks if isinstance(ranks, (int, np.integer)) else next(iter(ranks))
+    return (name, int(first))
 
 
 def _broadcast_plan(
@@ -393,6 +419,11 @@ class CommMixin:
                 dataclasses are moved without pickling. GPU tensors arrive on a GPU of the receiver.
             dst_group_name: the receiver's group name.
             dst_rank: the receiver's rank in its group.
+
+        Raises:
+            ValueError: at once, if no such worker runs (the message names it and the running groups) or it
+                is this worker.
+            RuntimeError: the receiver died.
         """
         self._comm_isend(obj, dst_group_name, dst_rank).wait()
 
@@ -412,21 +443,27 @@ class CommMixin:
             The object; its tensors view a shared-memory segment (same node) or a fresh buffer (other node).
 
         Raises:
+            ValueError: at once, if no such worker runs now (the message names it and the running groups)
+                or it is this worker.
             TimeoutError: nothing arrived within ``timeout``.
         """
-        peer = _peer(src_group_name, src_rank, "source")
+        peer = self._comm_source(src_group_name, src_rank)
         return self._comm_receive(peer, _P2P, cancel_on_timeout=True).wait(timeout)
 
     def irecv(self, src_group_name: str, src_rank: int) -> Work:
-        """Non-blocking ``recv``: reserves the next message from the sender; ``Work.wait()`` returns it."""
-        peer = _peer(src_group_name, src_rank, "source")
+        """Non-blocking ``recv``: reserves the next message from the sender; ``Work.wait()`` returns it.
+
+        Raises:
+            ValueError: at once, as for ``recv``.
+        """
+        peer = self._comm_source(src_group_name, src_rank)
         return self._comm_receive(peer, _P2P)
 
     def broadcast(
         self,
         obj: Any,
         groups: Sequence[tuple[str, int | Iterable[int]]],
-        src: tuple[str, int],
+        src: tuple[str, int] | None = None,
         *,
         timeout: float | None = None,
     ) -> Any:
@@ -439,7 +476,9 @@ class CommMixin:
             obj: the payload on ``src`` (ignored elsewhere; pass ``None``).
             groups: ``[(group_name, ranks), ...]`` where ranks is an int or an iterable of ints; the order
                 does not matter and must list the same workers on every participant.
-            src: ``(group_name, rank)`` of the sender; it must be among ``groups``.
+            src: ``(group_name, rank)`` of the sender; it must be among ``groups``. ``None`` (the default,
+                as in RLinf): the first worker listed, i.e. the first rank of ``groups[0]`` in the order
+                given (with the default, that order does matter).
             timeout: seconds a receiver waits; ``None`` waits for ever.
 
         Returns:
@@ -450,6 +489,8 @@ class CommMixin:
             TimeoutError: a receiver got nothing within ``timeout``.
         """
         members = _members(groups)
+        if src is None:
+            src = _first_listed(groups)
         if not isinstance(src, (tuple, list)) or len(src) != 2:
             raise ValueError(f"src must be (group_name, rank), got {src!r}")
         src_key = _peer(src[0], src[1], "broadcast source")
@@ -469,6 +510,15 @@ class CommMixin:
 
     # ------------------------------------------------------------------------------------------ internals
 
+    def _comm_source(self, group_name: str, rank: int) -> PeerKey:
+        """Check a receive's source: it must be another worker that exists now (else no message can come)."""
+        peer = _peer(group_name, rank, "source")
+        st = self._comm()
+        if peer == st.me:
+            raise ValueError(f"a worker cannot receive from itself: {peer}")
+        st.actor(peer)  # raises ValueError naming the peer (cached after the first call)
+        return peer
+
     def _comm_fan_out(self, obj: Any, receivers: list[PeerKey]) -> None:
         if receivers:
             st = self._comm()
@@ -480,6 +530,7 @@ class CommMixin:
         st = self._comm()
         if peer == st.me:
             raise ValueError(f"a worker cannot send to itself: {peer}")
+        st.actor(peer)  # an unknown peer fails here, before any encoding
         enc = tp.encode(obj)
         seq = st.next_seq(peer, _P2P)
         return self._comm_transmit(enc, [peer], _P2P, [seq])
