@@ -60,7 +60,7 @@ def baseline_ppo(
     clip_high: float,
     clip_c: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The PPO dual-clip surrogate and its metrics, op by op as in ALGORITHMS.md 5.2."""
+    """The PPO dual-clip surrogate and its metrics, op by op as in docs/algorithms.md#ppo-actor-loss."""
     count = loss_mask.count_nonzero().clamp_min(1)
     fmask = loss_mask.float()
     log_ratio = logprobs - old_logprobs

@@ -1,4 +1,4 @@
-"""Slow, obvious loop references for the advantage tests, written from ALGORITHMS.md sections 3-4.
+"""Slow, obvious loop references for the advantage tests, written from docs/algorithms.md (layouts, advantages).
 
 Everything here works on nested Python loops over float64 numpy arrays, one element at a time, so it
 shares no code path with the vectorised implementations under test.

@@ -1,4 +1,4 @@
-"""Slow, obvious loop references for the losses, written from ALGORITHMS.md sections 3.6-3.7 and 5.
+"""Slow, obvious loop references for the losses, written from docs/algorithms.md#losses.
 
 Every reference walks the entries one by one with Python floats (float64). Inputs are numpy arrays.
 """

@@ -42,7 +42,7 @@ def batch(seed: int = 0):
 
 
 def scales_ref(b, gbs, dp):
-    """Loop reference of group → agent → turn (ALGORITHMS.md 6.3)."""
+    """Loop reference of group → agent → turn (docs/algorithms.md#loss-scales)."""
     adv = b["advantages"].astype(np.float64) * (len(b["idx_to_traj"]) * dp / gbs)
     ls = b["loss_scales"].astype(np.float64).copy()
     turns: dict = {}

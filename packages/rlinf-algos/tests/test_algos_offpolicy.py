@@ -31,7 +31,7 @@ from rlinf_algos import (
 )
 
 # ------------------------------------------------------------------------------------------------------
-# slow scalar references, written from ALGORITHMS.md section 8
+# slow scalar references, written from docs/algorithms.md#off-policy
 # ------------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Placement grammar, worked mappings from SCHEDULER.md, strategies and error paths (pure, no Ray)."""
+"""Placement grammar, the worked examples of docs/scheduler.md#worked-examples, strategies and error paths (pure, no Ray)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every function takes arrays of one namespace (numpy, torch with autograd, any array-API library) and returns
 ``(loss, metrics)``: ``loss`` is a 0-d array (differentiable for torch), ``metrics`` maps RLinf's metric names
-to detached 0-d arrays. Math: ``/work/shared/ALGORITHMS.md`` section 5; references: PPO
+to detached 0-d arrays. Contract: ``docs/algorithms.md#losses``; references: PPO
 (https://arxiv.org/abs/1707.06347), dual clip (https://arxiv.org/abs/1912.09729), clip-higher (DAPO,
 https://arxiv.org/abs/2503.14476), decoupled PPO (AReaL, https://arxiv.org/abs/2505.24298).
 """

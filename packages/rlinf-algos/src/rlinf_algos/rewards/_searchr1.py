@@ -56,8 +56,9 @@ def searchr1_score(
 class SearchR1Reward:
     """Rule-based reward of Search-R1 question answering (registered as ``"searchr1"``).
 
-    RLinf reads ``reward_scale`` into this class but never applies it (ALGORITHMS.md pitfall 14); to keep
-    RLinf's numbers there is no scale here: use ``score`` / ``format_score`` instead.
+    RLinf reads ``reward_scale`` into this class but never applies it (see
+    docs/algorithms.md#rlinf-compatibility); to keep RLinf's numbers there is no scale here: use ``score`` /
+    ``format_score`` instead.
 
     Args:
         score: reward of a correct answer (1.0).
