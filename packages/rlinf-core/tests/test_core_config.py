@@ -110,12 +110,32 @@ def test_defaults_list_merges_base_file(tmp_path: Path) -> None:
 
 
 def test_override_add_remove_and_errors() -> None:
-    cfg = load_config(App, None, ["+seed=4", "~runner"])
+    cfg = load_config(App, None, ["+seed=4", "runner.max_steps=7", "~runner.max_steps"])
     assert cfg.seed == 4 and cfg.runner == Runner()
+    # Removing a whole section, or a key that is not there, would silently train on defaults: refused.
+    with pytest.raises(ConfigError, match=r"runner is a whole section"):
+        load_config(App, None, ["runner.max_steps=7", "~runner"])
+    with pytest.raises(ConfigError, match=r"there is no runner to remove"):
+        load_config(App, None, ["~runner"])
     with pytest.raises(ConfigError, match=r"expected key\.sub=value"):
         load_config(App, None, ["seed"])
     with pytest.raises(ConfigError, match="seed is a int, not a mapping"):
         load_config(App, None, ["seed=3", "seed.x=1"])
+
+
+def test_duplicate_keys_and_empty_files_are_refused(tmp_path: Path) -> None:
+    dup = _write(tmp_path, "dup.yaml", "seed: 1\nrunner:\n  max_steps: 5\n  max_steps: 6\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'max_steps' \(line 4; first on line 3\)"):
+        load_config(App, dup)
+    top = _write(tmp_path, "top.yaml", "seed: 1\nseed: 2\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'seed'"):
+        load_config(App, top)
+    empty = _write(tmp_path, "empty.yaml", "# nothing but a comment\n")
+    with pytest.raises(ConfigError, match="the file is empty"):
+        load_config(App, empty)
+    with pytest.raises(ConfigError) as info:  # an explicit empty mapping is a config: only `seed` is missing
+        load_config(App, _write(tmp_path, "defaults.yaml", "{}\n"))
+    assert "the file is empty" not in str(info.value) and "seed: missing required key" in str(info.value)
 
 
 def test_round_trip() -> None:

@@ -9,10 +9,21 @@ from typing import Literal
 
 import attrs
 from attrs import validators as v
+from rlinf_algos import advantage_registry, policy_loss_registry
 
 __all__ = ["AlgorithmConfig"]
 
 _LEVEL = Literal["chunk_level", "action_level", "token_level"]
+
+
+def _registered_advantage(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+    if value not in advantage_registry:
+        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(sorted(advantage_registry))}")
+
+
+def _registered_loss(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+    if value not in policy_loss_registry:
+        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(sorted(policy_loss_registry))}")
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
@@ -24,9 +35,9 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value:
 class AlgorithmConfig:
     """RL algorithm settings (config ``algorithm``)."""
 
-    adv_type: str = "gae"
+    adv_type: str = attrs.field(default="gae", validator=_registered_advantage)
     """Advantage estimator in the rlinf-algos registry: gae, grpo, grpo_video, grpo_dynamic, reinpp, opd, raw, or a registered one."""
-    loss_type: str = "actor_critic"
+    loss_type: str = attrs.field(default="actor_critic", validator=_registered_loss)
     """Policy loss in the rlinf-algos registry: actor, actor_critic, decoupled_actor_critic, opd, or a registered one."""
     loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     update_epoch: int = attrs.field(default=4, validator=v.ge(1))

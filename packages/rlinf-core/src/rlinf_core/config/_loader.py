@@ -17,7 +17,26 @@ __all__ = ["CommandLine", "apply_override", "load_config", "load_yaml", "parse_c
 
 
 class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that reads YAML 1.2 floats: ``5e-6`` and ``1E3`` are numbers, not strings."""
+    """``yaml.SafeLoader`` for config files.
+
+    It reads YAML 1.2 floats (``5e-6`` and ``1E3`` are numbers, not strings) and refuses a mapping that repeats a
+    key (plain PyYAML keeps the last one silently).
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (line {line}; first on line {seen[key]})",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -132,9 +151,14 @@ def load_yaml(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> dict[str, An
     if path in _seen:
         raise ConfigError([f"defaults cycle: {' -> '.join(str(p) for p in (*_seen, path))}"], str(path))
     try:
-        data = _safe_load(path.read_text()) or {}
+        data = _safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError([f"invalid YAML: {e}"], str(path)) from None
+    if data is None:
+        raise ConfigError(
+            ["the file is empty; a config needs at least one key (an empty mapping `{}` means all defaults)"],
+            str(path),
+        )
     if not isinstance(data, dict):
         raise ConfigError([f"top level must be a mapping, got {type(data).__name__}"], str(path))
     merged: dict[str, Any] = {}
@@ -183,7 +207,17 @@ def apply_override(data: MutableMapping[str, Any], override: str) -> None:
             )
         node = nxt
     if remove:
-        node.pop(keys[-1], None)
+        if keys[-1] not in node:
+            raise ConfigError([f"override {override!r}: there is no {dotted} to remove"], "the command line")
+        if isinstance(node[keys[-1]], Mapping):
+            raise ConfigError(
+                [
+                    f"override {override!r}: {dotted} is a whole section; removing it would silently fall back "
+                    f"to the built-in defaults (remove single keys, e.g. ~{dotted}.<key>)"
+                ],
+                "the command line",
+            )
+        node.pop(keys[-1])
         return
     try:
         value = _safe_load(raw) if raw.strip() else ""
