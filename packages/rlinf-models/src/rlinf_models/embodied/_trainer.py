@@ -25,7 +25,6 @@ make exactly the update one rank makes on the whole batch:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +41,15 @@ from rlinf_core.config import AlgorithmConfig
 from torch import nn
 
 from .._config import EmbodiedActorConfig
+from ..actor import (
+    MetricMeans,
+    accumulate_gradients,
+    clip_gradients,
+    lr_scale,
+    mean_over_ranks,
+    micro_batches,
+    run_update,
+)
 from ..policies import ActorCritic
 
 __all__ = ["REQUIRED_BATCH_KEYS", "EmbodiedPPOTrainer"]
@@ -238,11 +246,9 @@ class EmbodiedPPOTrainer:
         return list(torch.cat(columns, dim=1).unbind(0))
 
     def _set_lr(self) -> None:
-        if self.actor.optim.lr_schedule != "linear" or not self.total_steps:
-            return
-        frac = max(0.0, 1.0 - self.train_steps / self.total_steps)
+        scale = lr_scale(self.actor.optim.lr_schedule, self.train_steps, self.total_steps)
         for group in self.optimizer.param_groups:
-            group["lr"] = group["initial_lr"] * frac
+            group["lr"] = group["initial_lr"] * scale
 
     def _micro_batch_loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         alg = self.algorithm
@@ -298,49 +304,32 @@ class EmbodiedPPOTrainer:
         n = flat["obs"].shape[0]
         local_batch = self.actor.global_batch_size // self.world_size
         mbs = self.actor.micro_batch_size
-        accum = local_batch // mbs
         if n < local_batch:
             raise ValueError(
                 f"rollout has {n} samples on this rank but actor.global_batch_size / world_size = {local_batch}; "
                 f"collect more (env.train.total_num_envs x steps) or lower the batch size"
             )
         self._set_lr()
-        sums: dict[str, float] = defaultdict(float)
-        counts: dict[str, int] = defaultdict(int)
+        metrics = MetricMeans()
         self.policy.train()
-        for _epoch in range(self.algorithm.update_epoch):
-            for idx in self.epoch_minibatches(t, e):
-                self.optimizer.zero_grad(set_to_none=True)
-                for k in range(accum):
-                    sel = idx[k * mbs : (k + 1) * mbs]
-                    mb = {key: val[sel] for key, val in flat.items()}
-                    loss, metrics = self._micro_batch_loss(mb)
-                    (loss / accum).backward()
-                    for key, val in metrics.items():
-                        if key.startswith("__sum__/"):
-                            # Sufficient statistics meant for summing (explained variance): computed below instead.
-                            continue
-                        sums[key] += val
-                        counts[key] += 1
-                    sums["actor/total_loss"] += float(loss.detach())
-                    counts["actor/total_loss"] += 1
-                clip = self.actor.optim.clip_grad
-                grad_norm = nn.utils.clip_grad_norm_(
-                    self.policy.parameters(), clip if clip is not None else math.inf
-                )
-                self.optimizer.step()
-                self.optimizer_steps += 1
-                full_norm = getattr(grad_norm, "full_tensor", None)  # FSDP2: a replicated DTensor
-                sums["actor/grad_norm"] += float(full_norm() if callable(full_norm) else grad_norm)
-                counts["actor/grad_norm"] += 1
+
+        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            loss, values = self._micro_batch_loss({key: val[sel] for key, val in flat.items()})
+            # ``__sum__/`` statistics (explained variance) land in ``metrics.totals``: computed below instead.
+            return loss, values | {"actor/total_loss": float(loss.detach())}
+
+        def step(rows: torch.Tensor) -> None:
+            accumulate_gradients(micro_batches(rows, mbs), loss_fn, self.optimizer, metrics)
+            grad_norm = clip_gradients(self.policy.parameters(), self.actor.optim.clip_grad)
+            self.optimizer.step()
+            self.optimizer_steps += 1
+            metrics.add({"actor/grad_norm": grad_norm})
+
+        run_update(
+            epochs=self.algorithm.update_epoch, minibatches=lambda: self.epoch_minibatches(t, e), step=step
+        )
         self.train_steps += 1
-        out = {k: sums[k] / counts[k] for k in sorted(sums)}
-        if (
-            self.world_size > 1
-        ):  # every rank ran the same number of micro-batches: the mean of means is global
-            keys = list(out)
-            total = self._sum(torch.tensor([out[k] for k in keys], dtype=torch.float64))
-            out = dict(zip(keys, (total / self.world_size).tolist(), strict=True))
+        out = mean_over_ranks(metrics.means(), self.world_size, self._reduce_sum)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if "returns" in flat:
             out["critic/explained_variance"] = self._explained_variance(flat["prev_values"], flat["returns"])

@@ -31,7 +31,6 @@ import math
 import os
 import shutil
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,6 @@ from rlinf_algos import (
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_scheduler import Worker, timed
-from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 from .._fsdp import (
@@ -56,6 +54,16 @@ from .._fsdp import (
     init_distributed,
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
+)
+from ..actor import (
+    MetricMeans,
+    accumulate_gradients,
+    clip_gradients,
+    lr_scale,
+    mean_over_ranks,
+    micro_batches,
+    run_update,
+    shuffled_minibatches,
 )
 from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
@@ -67,7 +75,6 @@ CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
 
 _CRITIC_LOSSES = ("actor_critic", "decoupled_actor_critic")
-_EV_PREFIX = "__sum__/"
 
 
 def _select_device() -> torch.device:
@@ -380,12 +387,7 @@ class LLMActorWorker(Worker):
 
     def _set_lr(self, *, sft: bool) -> float:
         optim = self.cfg.optim
-        if sft:
-            scale = 1.0
-        elif optim.lr_schedule == "linear" and self.total_steps:
-            scale = max(0.0, 1.0 - self.train_steps / self.total_steps)
-        else:
-            scale = 1.0
+        scale = 1.0 if sft else lr_scale(optim.lr_schedule, self.train_steps, self.total_steps)
         for i, group in enumerate(self.optimizer.param_groups):
             base = group["initial_lr"]
             if sft and i == 0 and self.cfg.sft_lr is not None:
@@ -394,10 +396,7 @@ class LLMActorWorker(Worker):
         return float(self.optimizer.param_groups[0]["lr"])
 
     def _step(self) -> float:
-        clip = self.cfg.optim.clip_grad
-        norm = nn.utils.clip_grad_norm_(self.policy.parameters(), clip if clip is not None else math.inf)
-        full = getattr(norm, "full_tensor", None)  # FSDP2: a replicated DTensor
-        grad_norm = float(full() if callable(full) else norm)
+        grad_norm = clip_gradients(self.policy.parameters(), self.cfg.optim.clip_grad)
         if not math.isfinite(grad_norm):
             # NaN/inf gradients (e.g. from a NaN advantage) must not reach the weights: skip this step on every
             # rank (the norm is global, so all ranks agree).
@@ -440,7 +439,7 @@ class LLMActorWorker(Worker):
 
     def _micro_loss(
         self, mb: Mapping[str, torch.Tensor], *, on_policy: bool
-    ) -> tuple[torch.Tensor, dict[str, float], dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         alg = self.algorithm
         mask = mb["loss_mask"].bool()
         out = self.policy(
@@ -476,10 +475,8 @@ class LLMActorWorker(Worker):
                 huber_delta=alg.huber_delta,
             )
         loss, raw = policy_loss(**kwargs)
-        metrics: dict[str, float] = {}
-        sums: dict[str, float] = {}
-        for key, val in raw.items():
-            (sums if key.startswith(_EV_PREFIX) else metrics)[key] = float(val)
+        # ``__sum__/`` keys are explained-variance statistics: MetricMeans sums them instead of averaging.
+        metrics = {key: float(val) for key, val in raw.items()}
         entropy = self._loss_agg(out["entropy"], mask, None)
         metrics["actor/entropy"] = float(entropy.detach())
         if "rollout_logprobs" in mb and bool(mask.any()):
@@ -496,7 +493,7 @@ class LLMActorWorker(Worker):
             loss = loss + alg.kl_beta * kl_loss
             metrics["actor/kl_loss"] = float(kl_loss.detach())
         metrics["actor/total_loss"] = float(loss.detach())
-        return loss, metrics, sums
+        return loss, metrics
 
     def _fill_missing(self, b: dict[str, torch.Tensor], *, on_policy: bool) -> None:
         """Compute the ``old_logprobs`` / ``ref_logprobs`` / ``prev_values`` the update needs and lacks."""
@@ -550,43 +547,34 @@ class LLMActorWorker(Worker):
         on_policy = "old_logprobs" not in b and alg.update_epoch == 1 and n <= gbs
         self._fill_missing(b, on_policy=on_policy)
         lr = self._set_lr(sft=False)
-        sums: dict[str, float] = defaultdict(float)
-        counts: dict[str, int] = defaultdict(int)
-        ev: dict[str, float] = defaultdict(float)
-        steps = 0
+        metrics = MetricMeans()
         self.policy.train()
-        for _epoch in range(alg.update_epoch):
-            perm = torch.randperm(n, generator=self.generator)
-            for start in range(0, n, gbs):
-                mini = perm[start : start + gbs]
-                share = mini.shape[0] // world
-                local = mini[self.rank * share : (self.rank + 1) * share]
-                accum = share // mbs
-                self.optimizer.zero_grad(set_to_none=True)
-                for k in range(accum):
-                    sel = local[k * mbs : (k + 1) * mbs]
-                    cols = _live_columns(b["attention_mask"][sel])
-                    mb = {key: val[sel][:, cols].to(self.device) for key, val in b.items()}
-                    loss, metrics, stats = self._micro_loss(mb, on_policy=on_policy)
-                    (loss / accum).backward()
-                    for key, val in metrics.items():
-                        sums[key] += val
-                        counts[key] += 1
-                    for key, val in stats.items():
-                        ev[key] += val
-                sums["actor/grad_norm"] += self._step()
-                counts["actor/grad_norm"] += 1
-                steps += 1
+
+        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            cols = _live_columns(b["attention_mask"][sel])
+            return self._micro_loss(
+                {key: val[sel][:, cols].to(self.device) for key, val in b.items()}, on_policy=on_policy
+            )
+
+        def step(rows: torch.Tensor) -> None:
+            accumulate_gradients(micro_batches(rows, mbs), loss_fn, self.optimizer, metrics)
+            metrics.add({"actor/grad_norm": self._step()})
+
+        steps = run_update(
+            epochs=alg.update_epoch,
+            minibatches=lambda: shuffled_minibatches(
+                n, global_batch_size=gbs, rank=self.rank, world_size=world, generator=self.generator
+            ),
+            step=step,
+        )
         self.train_steps += 1
         self.version += 1
-        out = {k: sums[k] / counts[k] for k in sorted(sums)}
-        if self.distributed:  # every rank ran the same number of micro-batches: the mean of means is global
-            keys = list(out)
-            total = self._all_reduce_sum(torch.tensor([out[k] for k in keys], dtype=torch.float64))
-            out = dict(zip(keys, (total / world).tolist(), strict=True))
-        if ev:
-            keys = sorted(ev)
-            summed = self._all_reduce_sum(torch.tensor([ev[k] for k in keys], dtype=torch.float64))
+        out = mean_over_ranks(metrics.means(), world, self._all_reduce_sum)
+        if metrics.totals:
+            keys = sorted(metrics.totals)
+            summed = self._all_reduce_sum(
+                torch.tensor([metrics.totals[k] for k in keys], dtype=torch.float64)
+            )
             out["critic/explained_variance"] = float(
                 compute_critic_explained_variance_from_stats(dict(zip(keys, summed.tolist(), strict=True)))
             )

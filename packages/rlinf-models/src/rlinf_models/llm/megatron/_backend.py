@@ -57,6 +57,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'the Megatron backend needs megatron-core and safetensors ({e}): pip install "rlinf-models[megatron,hf]"'
     ) from e
 
+from ...actor import MetricMeans, lr_scale, run_update, shuffled_minibatches
 from .._config import LLMActorConfig
 from .._hf import resolve_model_path
 from ._config import MegatronConfig
@@ -507,8 +508,8 @@ class MegatronActorBackend:
         lr = optim.lr
         if sft and self.cfg.sft_lr is not None:
             lr = self.cfg.sft_lr
-        elif not sft and optim.lr_schedule == "linear" and self.total_steps:
-            lr = optim.lr * max(0.0, 1.0 - self.train_steps / self.total_steps)
+        elif not sft:
+            lr = optim.lr * lr_scale(optim.lr_schedule, self.train_steps, self.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -570,28 +571,28 @@ class MegatronActorBackend:
                 raise RuntimeError("no reference model: set algorithm.kl_beta > 0")
             b["ref_logprobs"] = self._score(self.ref_model, b)
         lr = self._set_lr(sft=False)
-        sums: dict[str, float] = defaultdict(float)
-        counts: dict[str, int] = defaultdict(int)
-        steps = 0
-        grad_norms = []
-        for _ in range(alg.update_epoch):
-            perm = torch.randperm(n, generator=self.generator)
-            for start in range(0, n, gbs):
-                mini = perm[start : start + gbs]
-                share = mini.shape[0] // d
-                rows = mini[self.dp_rank * share : (self.dp_rank + 1) * share]
-                outputs, norm = self._optimizer_step(
-                    self._micro_batches(b, rows), partial(self._ppo_loss, on_policy)
-                )
-                grad_norms.append(norm)
-                for metrics in outputs:
-                    for k, val in metrics.items():
-                        sums[k] += float(val)
-                        counts[k] += 1
-                steps += 1
+        metrics = MetricMeans()
+        grad_norms: list[float] = []
+
+        def step(rows: torch.Tensor) -> None:
+            # Megatron's pipeline schedule runs the micro-batches and accumulates their gradients itself.
+            outputs, norm = self._optimizer_step(
+                self._micro_batches(b, rows), partial(self._ppo_loss, on_policy)
+            )
+            grad_norms.append(norm)
+            for values in outputs:
+                metrics.add({k: float(val) for k, val in values.items()})
+
+        steps = run_update(
+            epochs=alg.update_epoch,
+            minibatches=lambda: shuffled_minibatches(
+                n, global_batch_size=gbs, rank=self.dp_rank, world_size=d, generator=self.generator
+            ),
+            step=step,
+        )
         self.train_steps += 1
         self.version += 1
-        out = self._reduce_metrics(sums, counts)
+        out = self._reduce_metrics(metrics.sums, metrics.counts)
         out |= {
             "actor/grad_norm": sum(grad_norms) / max(len(grad_norms), 1),
             "actor/lr": lr,

@@ -1,0 +1,25 @@
+"""rlinf_models.actor: what every actor shares (the PPO update schedule)."""
+
+from ._schedule import (
+    SUM_PREFIX,
+    MetricMeans,
+    accumulate_gradients,
+    clip_gradients,
+    lr_scale,
+    mean_over_ranks,
+    micro_batches,
+    run_update,
+    shuffled_minibatches,
+)
+
+__all__ = [
+    "SUM_PREFIX",
+    "MetricMeans",
+    "accumulate_gradients",
+    "clip_gradients",
+    "lr_scale",
+    "mean_over_ranks",
+    "micro_batches",
+    "run_update",
+    "shuffled_minibatches",
+]

@@ -1,0 +1,185 @@
+"""The PPO update schedule, written once for every actor (embodied, LLM on FSDP2, LLM on Megatron).
+
+One update is ``epochs`` passes over a batch. Each pass cuts the batch into mini-batches (one optimizer step
+each); every rank takes its share of each mini-batch and splits it into micro-batches whose gradients are
+accumulated. The pieces:
+
+- :func:`shuffled_minibatches`: one epoch's mini-batches from a permutation drawn from a generator seeded
+  identically on every rank, rank ``r`` keeping the contiguous block ``r`` of each (the LLM actors; the
+  embodied trainer draws its own stratified mini-batches and plugs them in the same way);
+- :func:`micro_batches`: a rank's rows cut into micro-batches;
+- :func:`run_update`: the epochs x mini-batches loop, counting optimizer steps;
+- :func:`accumulate_gradients`: ``zero_grad``, then ``(loss / num_micro).backward()`` per micro-batch (the
+  backends that run their own backward; Megatron's pipeline schedule accumulates by itself);
+- :class:`MetricMeans` and :func:`mean_over_ranks`: per-key means of the micro-batch metrics, then the mean
+  over ranks (every rank ran the same number of micro-batches, so the mean of the rank means is global);
+- :func:`lr_scale` and :func:`clip_gradients`: the learning-rate schedule and the global gradient norm.
+
+Float additions happen in the same order as in a hand-written loop, so results are bit-identical to it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+__all__ = [
+    "SUM_PREFIX",
+    "MetricMeans",
+    "accumulate_gradients",
+    "clip_gradients",
+    "lr_scale",
+    "mean_over_ranks",
+    "micro_batches",
+    "run_update",
+    "shuffled_minibatches",
+]
+
+SUM_PREFIX = "__sum__/"
+"""Metrics under this prefix are sufficient statistics to be summed (e.g. for the explained variance)."""
+
+_Micro = TypeVar("_Micro")
+
+
+class MetricMeans:
+    """Running per-key sums and counts of metrics; keys under :data:`SUM_PREFIX` are summed apart.
+
+    Attributes:
+        sums: sum of the values of each averaged key.
+        counts: number of values of each averaged key.
+        totals: sum of each :data:`SUM_PREFIX` key (not averaged).
+    """
+
+    def __init__(self) -> None:
+        self.sums: defaultdict[str, float] = defaultdict(float)
+        self.counts: defaultdict[str, int] = defaultdict(int)
+        self.totals: defaultdict[str, float] = defaultdict(float)
+
+    def add(self, metrics: Mapping[str, float]) -> None:
+        """Add one value per key (a micro-batch's metrics, or an optimizer step's gradient norm)."""
+        for key, val in metrics.items():
+            if key.startswith(SUM_PREFIX):
+                self.totals[key] += val
+            else:
+                self.sums[key] += val
+                self.counts[key] += 1
+
+    def means(self) -> dict[str, float]:
+        """The mean of each averaged key, keys sorted."""
+        return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
+
+
+def mean_over_ranks(
+    metrics: Mapping[str, float],
+    world_size: int,
+    reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None,
+) -> dict[str, float]:
+    """Average per-rank metric means over ``world_size`` ranks (float64 sum, then divide); one rank: a copy.
+
+    Args:
+        metrics: this rank's means.
+        world_size: number of data-parallel ranks.
+        reduce_sum: sums a ``[K]`` tensor over the ranks (required when ``world_size > 1``).
+    """
+    if world_size == 1:
+        return dict(metrics)
+    if reduce_sum is None:
+        raise ValueError(f"world_size={world_size} needs reduce_sum (a sum over the data-parallel ranks)")
+    keys = list(metrics)
+    total = reduce_sum(torch.tensor([metrics[k] for k in keys], dtype=torch.float64))
+    return dict(zip(keys, (total / world_size).tolist(), strict=True))
+
+
+def shuffled_minibatches(
+    num_rows: int,
+    *,
+    global_batch_size: int,
+    rank: int,
+    world_size: int,
+    generator: torch.Generator,
+) -> list[torch.Tensor]:
+    """One epoch's mini-batches: this rank's rows of each, from one permutation of ``num_rows`` rows.
+
+    The permutation is drawn from ``generator`` (seeded identically on every rank, so all ranks agree) and cut
+    into mini-batches of ``global_batch_size`` rows (the last one may be smaller); rank ``r`` keeps the
+    contiguous block ``r`` of ``1/world_size`` of each. W ranks thus see exactly the one-rank mini-batches.
+
+    Returns:
+        One int64 tensor of row indices per mini-batch.
+    """
+    perm = torch.randperm(num_rows, generator=generator)
+    out = []
+    for start in range(0, num_rows, global_batch_size):
+        mini = perm[start : start + global_batch_size]
+        share = mini.shape[0] // world_size
+        out.append(mini[rank * share : (rank + 1) * share])
+    return out
+
+
+def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """``rows`` cut into ``len(rows) // size`` micro-batches of ``size`` indices (a remainder is dropped)."""
+    return [rows[k * size : (k + 1) * size] for k in range(rows.shape[0] // size)]
+
+
+def run_update(
+    *,
+    epochs: int,
+    minibatches: Callable[[], Iterable[torch.Tensor]],
+    step: Callable[[torch.Tensor], None],
+) -> int:
+    """``epochs`` passes, each over ``minibatches()`` (drawn once per epoch), calling ``step(rows)`` on each.
+
+    Args:
+        epochs: ``algorithm.update_epoch``.
+        minibatches: draws one epoch's mini-batches (this rank's rows of each).
+        step: one optimizer step on a mini-batch.
+
+    Returns:
+        The number of optimizer steps (mini-batches) run.
+    """
+    steps = 0
+    for _epoch in range(epochs):
+        for rows in minibatches():
+            step(rows)
+            steps += 1
+    return steps
+
+
+def accumulate_gradients(
+    micro: Sequence[_Micro],
+    loss_fn: Callable[[_Micro], tuple[torch.Tensor, Mapping[str, float]]],
+    optimizer: torch.optim.Optimizer,
+    metrics: MetricMeans,
+) -> None:
+    """Zero the gradients, then ``(loss / len(micro)).backward()`` for each micro-batch, adding its metrics.
+
+    The accumulated gradient is the mean over micro-batches of the micro-batch losses' gradients.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    accum = len(micro)
+    for mb in micro:
+        loss, values = loss_fn(mb)
+        (loss / accum).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        metrics.add(values)
+
+
+def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float | None) -> float:
+    """Clip the global gradient norm to ``max_norm`` (``None``: no clipping); returns the norm before clipping.
+
+    Under FSDP2 the norm is a replicated ``DTensor``: its full value is read, identical on every rank.
+    """
+    norm = nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf)
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if callable(full) else norm)
+
+
+def lr_scale(schedule: str, train_steps: int, total_steps: int | None) -> float:
+    """Learning-rate factor after ``train_steps`` updates: ``linear`` decays 1 → 0 over ``total_steps``, else 1."""
+    if schedule == "linear" and total_steps:
+        return max(0.0, 1.0 - train_steps / total_steps)
+    return 1.0

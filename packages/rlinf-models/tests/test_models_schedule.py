@@ -1,0 +1,83 @@
+"""The shared PPO update schedule (``rlinf_models.actor``): splits, loop, metric reduction, LR schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rlinf_models.actor import (
+    SUM_PREFIX,
+    MetricMeans,
+    accumulate_gradients,
+    clip_gradients,
+    lr_scale,
+    mean_over_ranks,
+    micro_batches,
+    run_update,
+    shuffled_minibatches,
+)
+
+
+def test_rank_shares_tile_the_one_rank_minibatches() -> None:
+    one = shuffled_minibatches(
+        20, global_batch_size=8, rank=0, world_size=1, generator=torch.Generator().manual_seed(1)
+    )
+    assert [len(m) for m in one] == [8, 8, 4]
+    assert sorted(torch.cat(one).tolist()) == list(range(20))
+    parts = [
+        shuffled_minibatches(
+            20, global_batch_size=8, rank=r, world_size=2, generator=torch.Generator().manual_seed(1)
+        )
+        for r in range(2)
+    ]
+    for k, mini in enumerate(one):
+        assert torch.equal(torch.cat([parts[0][k], parts[1][k]]), mini)
+
+
+def test_micro_batches_cut_in_order_and_drop_a_remainder() -> None:
+    rows = torch.arange(10)
+    assert [m.tolist() for m in micro_batches(rows, 4)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_run_update_draws_once_per_epoch_and_counts_steps() -> None:
+    draws: list[int] = []
+    seen: list[list[int]] = []
+
+    def minibatches() -> list[torch.Tensor]:
+        draws.append(1)
+        return [torch.tensor([0, 1]), torch.tensor([2, 3])]
+
+    steps = run_update(epochs=3, minibatches=minibatches, step=lambda rows: seen.append(rows.tolist()))
+    assert steps == 6 and len(draws) == 3 and seen[:2] == [[0, 1], [2, 3]]
+
+
+def test_metric_means_average_and_sum_apart() -> None:
+    m = MetricMeans()
+    m.add({"a": 1.0, f"{SUM_PREFIX}x": 2.0})
+    m.add({"a": 3.0, "b": 5.0, f"{SUM_PREFIX}x": 4.0})
+    assert m.means() == {"a": 2.0, "b": 5.0}
+    assert dict(m.totals) == {f"{SUM_PREFIX}x": 6.0}
+
+
+def test_mean_over_ranks() -> None:
+    assert mean_over_ranks({"a": 1.0}, 1, None) == {"a": 1.0}
+    assert mean_over_ranks({"a": 1.0, "b": 3.0}, 2, lambda t: t * 2 + 2) == {"a": 2.0, "b": 4.0}
+    with pytest.raises(ValueError, match="world_size=2 needs reduce_sum"):
+        mean_over_ranks({"a": 1.0}, 2, None)
+
+
+def test_accumulate_gradients_is_the_mean_of_micro_batch_gradients() -> None:
+    w = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    w.grad = torch.tensor([100.0])  # stale: zeroed first
+    m = MetricMeans()
+    accumulate_gradients([1.0, 3.0], lambda x: ((w * x).sum(), {"x": x}), opt, m)
+    assert w.grad is not None and float(w.grad) == 2.0
+    assert m.means() == {"x": 2.0}
+    assert clip_gradients([w], 0.5) == 2.0 and float(w.grad) == pytest.approx(0.5)
+
+
+def test_lr_scale() -> None:
+    assert lr_scale("constant", 5, 10) == 1.0
+    assert lr_scale("linear", 5, 10) == 0.5
+    assert lr_scale("linear", 20, 10) == 0.0
+    assert lr_scale("linear", 5, None) == 1.0
