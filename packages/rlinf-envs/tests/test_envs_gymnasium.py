@@ -76,3 +76,14 @@ def test_missing_extra_names_it() -> None:
     code = "import sys; sys.modules['gymnasium'] = None\ntry:\n import rlinf_envs.gymnasium\nexcept ImportError as e: print(e)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert 'pip install "rlinf-envs[gymnasium]"' in out.stdout, out.stderr
+
+
+def test_env_config_problems_name_unknown_ids_with_the_registered_ones() -> None:
+    from rlinf_envs import EnvConfig, VecEnvConfig, env_config_problems
+
+    assert env_config_problems(EnvConfig()) == []
+    cfg = EnvConfig(train=VecEnvConfig(env_id="CartPol-v1"), eval=VecEnvConfig(env_id="gym_nothing:Thing-v0"))
+    train, evaluation = env_config_problems(cfg)
+    assert train.startswith("env.train.env_id: 'CartPol-v1' is not a registered gymnasium environment")
+    assert "did you mean 'CartPole-v1'" in train and "Pendulum-v1" in train
+    assert evaluation == "env.eval.env_id: module 'gym_nothing' of 'gym_nothing:Thing-v0' is not installed"

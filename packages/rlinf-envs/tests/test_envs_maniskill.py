@@ -254,3 +254,14 @@ def test_missing_extra_names_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert 'pip install "rlinf-envs[maniskill]"' in out.stdout, out.stderr
+
+
+def test_env_config_problems_checks_maniskill_ids_against_its_registry() -> None:
+    from rlinf_envs import EnvConfig, VecEnvConfig, env_config_problems
+
+    good = VecEnvConfig(env_type="maniskill", env_id="PushCube-v1")
+    assert env_config_problems(EnvConfig(train=good, eval=good)) == []
+    bad = VecEnvConfig(env_type="maniskill", env_id="PushCub-v1")
+    (problem,) = env_config_problems(EnvConfig(train=good, eval=bad))
+    assert problem.startswith("env.eval.env_id: 'PushCub-v1' is not a registered maniskill environment")
+    assert "did you mean 'PushCube-v1'" in problem and "PickCube-v1" in problem

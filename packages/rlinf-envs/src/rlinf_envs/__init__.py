@@ -10,7 +10,7 @@ from typing import Any
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
-from ._factory import make_vec_env
+from ._factory import env_config_problems, make_vec_env
 
 __version__ = _version("rlinf-envs")
 
@@ -34,5 +34,6 @@ __all__ = [
     "VecEnv",
     "VecEnvConfig",
     "__version__",
+    "env_config_problems",
     "make_vec_env",
 ]

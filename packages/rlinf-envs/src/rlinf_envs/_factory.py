@@ -2,11 +2,63 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import importlib.util
+from collections.abc import Iterable
+
 from rlinf_core.protocols import VecEnv
 
-from ._config import ENV_TYPES, VecEnvConfig
+from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
-__all__ = ["make_vec_env"]
+__all__ = ["env_config_problems", "make_vec_env"]
+
+_EXTRA = {"gymnasium": "rlinf-envs[gymnasium]", "maniskill": "rlinf-envs[maniskill]"}
+
+
+def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> str:
+    names = sorted(known)
+    close = difflib.get_close_matches(env_id, names, n=3)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    return f"{where}.env_id: {env_id!r} is not a registered {backend} environment{hint}; registered: {', '.join(names)}"
+
+
+def _registered_ids(env_type: str) -> set[str] | str:
+    """The env ids the backend registers, or a problem text when the backend is not installed."""
+    if importlib.util.find_spec(env_type if env_type != "maniskill" else "mani_skill") is None:
+        return f'the {env_type} backend is not installed: pip install "{_EXTRA[env_type]}"'
+    if env_type == "gymnasium":
+        gym = importlib.import_module("gymnasium")
+        return set(gym.envs.registry)
+    # ManiSkill registers its tasks when mani_skill.envs is imported (a few seconds, once per process).
+    importlib.import_module("mani_skill.envs")
+    return set(importlib.import_module("mani_skill.utils.registration").REGISTERED_ENVS)
+
+
+def env_config_problems(cfg: EnvConfig) -> list[str]:
+    """What is wrong with the simulator names of ``cfg`` (checked before any worker starts).
+
+    Each ``env_type`` must be installed and each ``env_id`` registered by it. A gymnasium id written
+    ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
+    module only.
+
+    Returns:
+        One line per problem, each naming the key (``env.train.env_id``) and the allowed values.
+    """
+    problems: list[str] = []
+    for where, split in (("env.train", cfg.train), ("env.eval", cfg.eval)):
+        env_id = split.env_id
+        if split.env_type == "gymnasium" and ":" in env_id:
+            module = env_id.split(":", 1)[0]
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"{where}.env_id: module {module!r} of {env_id!r} is not installed")
+            continue
+        known = _registered_ids(split.env_type)
+        if isinstance(known, str):
+            problems.append(f"{where}.env_type: {known}")
+        elif env_id not in known:
+            problems.append(_unknown_id(where, env_id, known, split.env_type))
+    return problems
 
 
 def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:

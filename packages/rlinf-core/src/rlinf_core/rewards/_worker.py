@@ -9,17 +9,22 @@ from typing import Any
 
 import attrs
 from attrs import validators as v
-from rlinf_algos.rewards import get_reward_class
+from rlinf_algos.rewards import get_reward_class, reward_registry
 from rlinf_scheduler import Worker, shard_bounds, timed
 
 __all__ = ["RewardConfig", "RewardWorker", "build_reward"]
+
+
+def _registered_reward(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
+    if value not in reward_registry:
+        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(sorted(reward_registry))}")
 
 
 @attrs.frozen(kw_only=True)
 class RewardConfig:
     """The reward (config ``reward``); key names follow RLinf's ``reward`` section."""
 
-    reward_type: str = "math"
+    reward_type: str = attrs.field(default="math", validator=_registered_reward)
     """Name in the rlinf-algos reward registry (``math``, ``searchr1`` or a registered one)."""
     reward_scale: float = 1.0
     """Multiplier of the math reward (RLinf ``reward_scale``)."""
