@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, receive_weights
 from rlinf_models.policies import PolicyConfig, build_policy
 from rlinf_scheduler import Worker, peer_slices
 
@@ -63,12 +63,15 @@ class EmbodiedRolloutWorker(Worker):
 
     # --------------------------------------------------------------------------------------- public API
     def sync_model_from_actor(self, actor_group: str) -> int:
-        """Receive ``{"version", "state_dict"}`` broadcast by actor rank 0 and load it; returns the version."""
+        """Receive the weights actor rank 0 broadcasts (:func:`rlinf_core.protocols.receive_weights`), load them.
+
+        Returns:
+            The version received.
+        """
         with self.timer("sync_weights"):
-            groups = [(actor_group, 0), (self.group_name, range(self.world_size))]
-            msg = self.broadcast(None, groups, src=(actor_group, 0), timeout=self.cfg.recv_timeout_s)
+            msg = receive_weights(self, actor_group, timeout=self.cfg.recv_timeout_s)
             self.policy.load_state_dict(msg["state_dict"])
-            self.version = int(msg["version"])
+            self.version = msg["version"]
         return self.version
 
     def get_model_version(self) -> int:

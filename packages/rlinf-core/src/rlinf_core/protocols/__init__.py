@@ -1,5 +1,15 @@
-"""Protocols shared between packages (envs ↔ models ↔ runners)."""
+"""Protocols shared between packages (envs ↔ models ↔ rollout ↔ runners)."""
 
 from ._env import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
+from ._weights import WeightMessage, WeightSyncPeer, receive_weights, send_weights
 
-__all__ = ["ChunkStepResult", "EnvSpec", "EpisodeStats", "VecEnv"]
+__all__ = [
+    "ChunkStepResult",
+    "EnvSpec",
+    "EpisodeStats",
+    "VecEnv",
+    "WeightMessage",
+    "WeightSyncPeer",
+    "receive_weights",
+    "send_weights",
+]

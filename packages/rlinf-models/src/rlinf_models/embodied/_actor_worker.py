@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, send_weights
 from rlinf_scheduler import Channel, Empty, Worker, timed
 
 from .._config import EmbodiedActorConfig
@@ -183,11 +183,11 @@ class EmbodiedActorWorker(Worker):
     def sync_model_to_rollout(
         self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
     ) -> int:
-        """Send ``{"version": int, "state_dict": full CPU state dict}`` to every rank of the rollout group.
+        """Send the weights (full CPU state dict) to every rank of the rollout group.
 
-        All actor ranks must call it (the FSDP2 full state dict is gathered collectively); actor rank 0 sends
-        it with one scheduler ``broadcast`` whose groups are ``[(actor, 0), (rollout, all ranks)]``; each
-        rollout rank calls ``sync_model_from_actor(actor_group_name)`` making the matching ``broadcast``.
+        The protocol of :func:`rlinf_core.protocols.send_weights`: all actor ranks call it (the FSDP2 full
+        state dict is gathered collectively); actor rank 0 broadcasts a ``WeightMessage`` to
+        ``[(actor, 0), (rollout, all ranks)]``; each rollout rank calls ``sync_model_from_actor(actor_group)``.
 
         Args:
             rollout_group_name: name of the rollout worker group.
@@ -200,14 +200,14 @@ class EmbodiedActorWorker(Worker):
         self._reload()
         state = full_model_state_dict(self.policy)
         version = self.get_model_version()
-        if self.rank == 0:
-            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
-            self.broadcast(
-                {"version": version, "state_dict": state},
-                groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],
-                src=(self.group_name, 0),
-                timeout=self.comm_timeout if timeout is None else timeout,
-            )
+        send_weights(
+            self,
+            rollout_group_name,
+            state,
+            version,
+            rollout_world_size=rollout_world_size,
+            timeout=self.comm_timeout if timeout is None else timeout,
+        )
         self._offload()
         return version
 

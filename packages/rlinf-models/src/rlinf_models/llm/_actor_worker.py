@@ -45,6 +45,7 @@ from rlinf_algos import (
 )
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import send_weights
 from rlinf_scheduler import Worker, timed
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
@@ -675,14 +676,14 @@ class LLMActorWorker(Worker):
         self.onload()
         state = self._hf_state()
         version = self.get_model_version()
-        if self.rank == 0:
-            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
-            self.broadcast(
-                {"version": version, "state_dict": state},
-                groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],
-                src=(self.group_name, 0),
-                timeout=self.comm_timeout if timeout is None else timeout,
-            )
+        send_weights(
+            self,
+            rollout_group_name,
+            state,
+            version,
+            rollout_world_size=rollout_world_size,
+            timeout=self.comm_timeout if timeout is None else timeout,
+        )
         if self.cfg.enable_offload:
             self.offload()
         return version

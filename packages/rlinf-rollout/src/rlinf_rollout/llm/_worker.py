@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from rlinf_core.protocols import receive_weights
 from rlinf_scheduler import Worker, shard_bounds
 
 from ._config import LLMRolloutConfig
@@ -85,15 +86,15 @@ class LLMRolloutWorker(Worker):
         return [o.to_dict() for o in outputs]
 
     def sync_model_from_actor(self, actor_group: str) -> int:
-        """Receive ``{"version", "state_dict"}`` broadcast by actor rank 0, load it; returns the version."""
+        """Receive the weights actor rank 0 broadcasts (:func:`rlinf_core.protocols.receive_weights`), load them.
+
+        Returns:
+            The version received.
+        """
         with self.timer("sync_weights"):
-            groups: list[tuple[str, int | list[int]]] = [
-                (actor_group, 0),
-                (self.group_name, list(range(self.world_size))),
-            ]
-            msg = self.broadcast(None, groups, src=(actor_group, 0), timeout=self.cfg.recv_timeout_s)
+            msg = receive_weights(self, actor_group, timeout=self.cfg.recv_timeout_s)
             self.engine.update_weights(msg["state_dict"])
-            self.version = int(msg["version"])
+            self.version = msg["version"]
         return self.version
 
     def get_model_version(self) -> int:

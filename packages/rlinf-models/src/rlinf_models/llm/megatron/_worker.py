@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import send_weights
 from rlinf_scheduler import Worker
 
 from .._config import LLMActorConfig
@@ -105,12 +106,12 @@ class MegatronLLMActorWorker(Worker):
         """
         state = self.backend.export_hf_state_dict()
         version = self.get_model_version()
-        if self.rank == 0:
-            ranks = rollout_world_size or self.group_world_size(rollout_group_name)
-            self.broadcast(
-                {"version": version, "state_dict": state},
-                groups=[(self.group_name, 0), (rollout_group_name, list(range(ranks)))],
-                src=(self.group_name, 0),
-                timeout=self.comm_timeout if timeout is None else timeout,
-            )
+        send_weights(
+            self,
+            rollout_group_name,
+            state,
+            version,
+            rollout_world_size=rollout_world_size,
+            timeout=self.comm_timeout if timeout is None else timeout,
+        )
         return version
