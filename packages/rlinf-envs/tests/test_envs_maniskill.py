@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +26,26 @@ from rlinf_envs.maniskill import (
 pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context:DeprecationWarning")
 
 
+INSTALL_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "install_vulkan_cpu.sh"
+
+
+def _install_vulkan_driver() -> Path | None:
+    """Run scripts/install_vulkan_cpu.sh once per machine (xdist workers wait on a lock); the ICD file or None."""
+    lock = Path(tempfile.gettempdir()) / "rlinf-install-vulkan.lock"
+    with lock.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        if find_installed_icd() is None:
+            subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600)
+        return find_installed_icd()
+
+
 @pytest.fixture(scope="module")
 def vulkan() -> Iterator[None]:
-    """Use the driver from scripts/install_vulkan_cpu.sh when none is exported; skip (fail in CI) without one."""
+    """Use the driver of scripts/install_vulkan_cpu.sh (installing it on first use); skip (fail in CI) without one."""
     saved = os.environ.get("VK_ICD_FILENAMES")
-    icd = find_installed_icd()
+    icd = find_installed_icd() if saved is None else None
+    if saved is None and icd is None and not torch.cuda.is_available():
+        icd = _install_vulkan_driver()
     if saved is None and icd is not None:
         os.environ["VK_ICD_FILENAMES"] = str(icd)
     try:
