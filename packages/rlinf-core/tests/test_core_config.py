@@ -163,3 +163,101 @@ def test_exponent_floats_without_a_dot_are_numbers_in_files_and_overrides(tmp_pa
     assert load_config(App, path).algorithm.gamma == 0.5
     assert load_config(App, path, ["algorithm.gamma=2E-1"]).algorithm.gamma == 0.2
     assert load_config(App, path, ["runner.logger.log_path=1e3x"]).runner.logger.log_path == "1e3x"
+
+
+# ----------------------------------------------------------------------------------- config reference
+@attrs.frozen(kw_only=True)
+class RefMember:
+    """A member of a list section."""
+
+    label: str
+    """Unique name of the member."""
+    sizes: tuple[int, ...] = attrs.field(default=(1, 2), validator=v.deep_iterable(v.gt(0)))
+    """Widths, each positive."""
+
+
+@attrs.frozen(kw_only=True)
+class RefOptim:
+    lr: float = attrs.field(default=1e-3, validator=v.gt(0.0))
+    """Learning rate.
+
+    A second paragraph that the reference leaves out."""
+    beta: float = attrs.field(default=0.9, validator=[v.ge(0.0), v.lt(1.0)])
+    """Decay of the first
+    moment (wrapped docstring)."""
+    schedule: Literal["constant", "linear"] | None = None
+    """Learning-rate schedule | none."""
+    clip: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    """Max gradient norm."""
+    backend: str = attrs.field(default="fsdp", validator=v.in_(("fsdp", "megatron")))
+    """Training backend."""
+    undocumented: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RefOptimWithSeed(RefOptim):
+    seed: int = 0
+    """Seed of the optimizer's shuffle."""
+
+
+@attrs.frozen(kw_only=True)
+class RefRoot:
+    name: str = "run: 1"
+    """Top-level key."""
+    optim: RefOptimWithSeed = attrs.field(factory=lambda: RefOptimWithSeed(lr=0.5))
+    """The optimizer section."""
+    members: tuple[RefMember, ...] = ()
+    """Members of the run."""
+    extra: RefOptim | None = None
+    """An optional section."""
+
+
+def test_config_fields_walks_nested_optional_and_list_sections() -> None:
+    from rlinf_core.config import config_fields
+
+    rows = {f.key: f for f in config_fields(RefRoot)}
+    assert list(rows)[:3] == ["name", "optim.lr", "optim.beta"]
+    # The parent's default instance wins over the nested class's own default (0.5, not 1e-3).
+    assert rows["optim.lr"].default == "0.5" and rows["optim.lr"].allowed == "> 0.0"
+    assert rows["optim.lr"].doc == "Learning rate."
+    assert rows["optim.beta"].doc == "Decay of the first moment (wrapped docstring)."
+    assert rows["optim.beta"].allowed == ">= 0.0, < 1.0"
+    assert rows["optim.schedule"].type == "str | None"
+    assert rows["optim.schedule"].allowed == "constant, linear, null"
+    assert rows["optim.clip"].allowed == "> 0.0 or null" and rows["optim.clip"].default == "null"
+    assert rows["optim.backend"].allowed == "fsdp, megatron"
+    assert rows["optim.undocumented"].doc == "" and rows["optim.undocumented"].default == "false"
+    # A field inherited from a base class takes its docstring (and owner) from that base.
+    assert rows["optim.lr"].owner is RefOptim and rows["optim.seed"].owner is RefOptimWithSeed
+    assert rows["optim.seed"].doc == "Seed of the optimizer's shuffle."
+    # A string YAML would misread is quoted.
+    assert rows["name"].default == '"run: 1"'
+    # Sequences of sections list their members under key[]; optional sections keep their own row.
+    assert rows["members"].type == "tuple[RefMember, ...]" and rows["members"].default == "[]"
+    assert rows["members[].label"].default == "required"
+    assert rows["members[].sizes"].allowed == "each > 0" and rows["members[].sizes"].default == "[1, 2]"
+    assert rows["extra"].type == "RefOptim | None" and rows["extra"].doc == "An optional section."
+    assert rows["extra.lr"].default == "0.001"
+    assert "optim" not in rows  # a plain nested section has no row of its own
+
+
+def test_config_reference_renders_markdown_tables() -> None:
+    from rlinf_core.config import config_reference
+
+    text = config_reference(RefRoot, ["optim", "name"], title="demo", missing_doc=lambda f: f"({f.key})")
+    lines = text.splitlines()
+    assert lines[0] == "## demo"
+    # Top-level leaf keys come first, then one table per section, in the order asked for.
+    assert lines.index('| `name` | `str` | `"run: 1"` |  | Top-level key. |') < lines.index("### `optim`")
+    assert (
+        "| `optim.schedule` | `str \\| None` | `null` | constant, linear, null | Learning-rate schedule \\| none. |"
+        in lines
+    )
+    assert "| `optim.undocumented` | `bool` | `false` |  | (optim.undocumented) |" in lines
+    assert "members" not in text and text.endswith("\n")
+    with pytest.raises(
+        ValueError, match=r"no section\(s\) \['bogus'\]; its fields: \['name', 'optim', 'members', 'extra'\]"
+    ):
+        config_reference(RefRoot, ["bogus"])
+    with pytest.raises(TypeError, match="needs an attrs class"):
+        config_reference(int)

@@ -22,12 +22,17 @@ class OptimConfig:
     """Adam(W) settings (config ``actor.optim``)."""
 
     lr: float = attrs.field(default=3e-4, validator=v.gt(0.0))
+    """Learning rate of the policy parameters (and of the critic unless ``value_lr`` is set)."""
     value_lr: float | None = attrs.field(default=None, validator=_positive_or_none)
     """Learning rate of the critic parameters (default: ``lr``)."""
     adam_beta1: float = attrs.field(default=0.9, validator=[v.ge(0.0), v.lt(1.0)])
+    """Adam decay rate of the first-moment (mean) estimate."""
     adam_beta2: float = attrs.field(default=0.999, validator=[v.ge(0.0), v.lt(1.0)])
+    """Adam decay rate of the second-moment (squared gradient) estimate."""
     adam_eps: float = attrs.field(default=1e-8, validator=v.gt(0.0))
+    """Added to the denominator of the Adam update for numerical stability."""
     weight_decay: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    """Decoupled (AdamW) weight decay."""
     clip_grad: float | None = attrs.field(default=0.5, validator=_positive_or_none)
     """Max global gradient norm (null: no clipping)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
@@ -45,6 +50,7 @@ class EmbodiedActorConfig:
     micro_batch_size: int = attrs.field(default=256, validator=v.ge(1))
     """Samples per forward/backward on one rank (gradient accumulation up to the global batch)."""
     seed: int = 1234
+    """Seed of the parameter initialisation and of the mini-batch shuffle (the same on every rank)."""
     training_backend: Literal["fsdp"] = "fsdp"
     """FSDP2 (``fully_shard``) when the actor group has more than one rank; plain torch for one rank."""
     enable_offload: bool = False

@@ -40,6 +40,8 @@ class AlgorithmConfig:
     loss_type: str = attrs.field(default="actor_critic", validator=_registered_loss)
     """Policy loss in the rlinf-algos registry: actor, actor_critic, decoupled_actor_critic, opd, or a registered one."""
     loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    """How per-token (per-step) losses become one number: mean over valid tokens, or mean over sequences of
+    their token sum / token mean."""
     update_epoch: int = attrs.field(default=4, validator=v.ge(1))
     """Passes over each rollout batch per training step."""
     rollout_epoch: int = attrs.field(default=1, validator=v.ge(1))
@@ -47,21 +49,33 @@ class AlgorithmConfig:
     group_size: int = attrs.field(default=1, validator=v.ge(1))
     """Envs per GRPO group (sharing initial states)."""
     normalize_advantages: bool = True
+    """Standardise advantages over the whole batch (masked mean and std) before the update."""
     reward_type: _LEVEL = "chunk_level"
     """Reward granularity: one per chunk (summed over its actions) or one per action."""
     logprob_type: _LEVEL = "action_level"
+    """Granularity of the log-prob ratio: per action dimension (token), per action, or per chunk."""
     entropy_type: _LEVEL = "action_level"
+    """Granularity at which the entropy bonus sums the policy entropy (as ``logprob_type``)."""
     gamma: float = attrs.field(default=0.99, validator=[v.ge(0.0), v.le(1.0)])
+    """Discount factor of GAE and of the truncation bootstrap."""
     gae_lambda: float = attrs.field(default=0.95, validator=[v.ge(0.0), v.le(1.0)])
+    """GAE smoothing factor λ (1: Monte-Carlo returns minus values, 0: one-step TD errors)."""
     clip_ratio_low: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    """PPO clip ε_low: the ratio is clipped below at ``1 - clip_ratio_low``."""
     clip_ratio_high: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    """PPO clip ε_high: the ratio is clipped above at ``1 + clip_ratio_high`` (DAPO clip-higher: > ε_low)."""
     clip_ratio_c: float | None = attrs.field(default=None, validator=_positive_or_none)
     """Dual-clip constant (> 1) or null for no dual clip (RLinf's embodied default)."""
     value_clip: float = attrs.field(default=0.2, validator=v.gt(0.0))
+    """Critic loss: new values are clipped to within this distance of the rollout values."""
     huber_delta: float = attrs.field(default=10.0, validator=v.gt(0.0))
+    """Critic loss: the Huber loss is quadratic below this error, linear above."""
     entropy_bonus: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    """Coefficient of the entropy subtracted from the loss (0: no entropy term)."""
     kl_beta: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    """Coefficient of the KL-to-reference term added to the LLM actor loss (0: no reference model)."""
     kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "kl"
+    """Per-token KL estimator of ``kl_beta`` and ``reinpp_kl_beta`` (``k3`` = ``low_var_kl``: low variance, >= 0)."""
     critic_warmup_steps: int = attrs.field(default=0, validator=v.ge(0))
     """Optimizer steps during which only the critic learns (policy loss zeroed)."""
     bootstrap_type: Literal["standard", "always"] = "standard"

@@ -69,6 +69,7 @@ class LLMActorConfig:
     micro_batch_size: int = attrs.field(default=4, validator=v.ge(1))
     """Sequences per forward/backward on one rank (gradient accumulation up to the per-rank share)."""
     seed: int = 1234
+    """Seed of the value-head initialisation and of the mini-batch shuffle (the same on every rank)."""
     training_backend: Literal["fsdp", "megatron"] = attrs.field(default="fsdp", validator=_known_backend)
     """``fsdp``: ``LLMActorWorker``, FSDP2 (``fully_shard``) when the actor group has more than one rank and plain
     torch for one rank. ``megatron``: ``MegatronLLMActorWorker`` (megatron-core, GPUs only,

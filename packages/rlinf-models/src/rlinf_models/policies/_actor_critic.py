@@ -27,6 +27,7 @@ class PolicyConfig:
     hidden_sizes: tuple[int, ...] = attrs.field(default=(64, 64), validator=v.deep_iterable(v.gt(0)))
     """Widths of the hidden layers of the actor and critic MLPs."""
     activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    """Non-linearity between the hidden layers."""
     num_action_chunks: int = attrs.field(default=1, validator=v.ge(1))
     """Actions emitted per observation (executed open-loop by the env)."""
     add_value_head: bool = True
