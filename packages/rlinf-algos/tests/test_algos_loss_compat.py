@@ -142,6 +142,25 @@ def test_policy_loss_actor_embodied_matches_reference(logprob_type):
     assert b["logprobs"].grad is not None and torch.isfinite(b["logprobs"].grad).all()
 
 
+def test_token_level_logprobs_under_chunk_level_rewards_match_reference():
+    # One advantage and mask entry per sample ([N, 1, 1] after preprocessing) against [N, C, D] ratios: the
+    # ratio metrics average over every action entry (RLinf expands the mask to the ratio's shape).
+    b = embodied_batch(3, reward_type="chunk_level")
+    loss, metrics = policy_loss(
+        loss_type="actor", logprob_type="token_level", reward_type="chunk_level", **b, **common()
+    )
+    lp = b["logprobs"].detach().numpy().reshape(N, C, D)
+    old = b["old_logprobs"].numpy().reshape(N, C, D)
+    adv, mask, lms = (b[k].numpy().reshape(N, 1, 1) for k in ("advantages", "loss_mask", "loss_mask_sum"))
+    want_loss, want = ref.ppo_actor_ref(
+        lp, old, adv, mask, low=0.2, high=0.28, max_episode_steps=20, loss_mask_sum=lms
+    )
+    np.testing.assert_allclose(loss.item(), want_loss, **TOL)
+    for k, v in want.items():
+        np.testing.assert_allclose(metrics[k], v, err_msg=k, **TOL)
+    assert abs(metrics["actor/ratio"] - 1.0) < 0.5  # a mean ratio, not C times one
+
+
 def test_policy_loss_actor_critic_chunk_level():
     b = embodied_batch(2, reward_type="chunk_level")
     loss, metrics = policy_loss(

@@ -119,6 +119,16 @@ def huber_loss(error: Array, delta: float) -> Array:
     return xp.where(abs_err < delta, 0.5 * error**2, delta * (abs_err - 0.5 * delta))
 
 
+def _broadcast_copies(mask_shape: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """How many entries of ``shape`` each mask entry covers when the mask is broadcast to it."""
+    lead = len(shape) - len(mask_shape)
+    copies = 1
+    for i, n in enumerate(shape):
+        if i < lead or mask_shape[i - lead] == 1:
+            copies *= n
+    return copies
+
+
 class _MaskInfo:
     """A loss mask with its boolean/float views and counts, computed once per loss call."""
 
@@ -131,10 +141,12 @@ class _MaskInfo:
         self.count = nonzero if nonzero > 0 else 1
         # masked_mean divides by ``mask.sum()`` (the same number for a boolean mask).
         self.mask_sum: Array | int = nonzero if mask.dtype == xp.bool else xp.sum(self.float)
-        # Metrics expand a trailing-1 mask over the action dim (token_level: ratio [N,C,D], mask [N,C,1]).
+        # Metrics expand a trailing-1 mask to the log-probs' shape (RLinf ``loss_mask.expand_as(ratio)``):
+        # token_level gives ratio [N,C,D] with mask [N,C,1], or [N,1,1] under chunk_level rewards, where
+        # every mask entry then stands for C x D metric entries.
         rs, ms = _shape(like), _shape(mask)
         expand = len(rs) > 2 and len(ms) > 0 and ms[-1] == 1 and rs[-1] > 1
-        self.metric_den: Array | int = self.mask_sum * rs[-1] if expand else self.mask_sum
+        self.metric_den: Array | int = self.mask_sum * _broadcast_copies(ms, rs) if expand else self.mask_sum
 
     def metric_mean(self, total: Array) -> Array:
         """``masked_mean(x, metric_mask)`` from ``total = sum(x * mask)`` (the zero sum if the mask is empty)."""
