@@ -1,10 +1,20 @@
 """rlinf_algos: RL advantages, losses and estimators as pure array functions.
 
-Works on numpy arrays, torch tensors (autograd preserved) and any array-API namespace. See the README.
+Works on numpy arrays, torch tensors (autograd preserved) and any array-API namespace. Three tiers:
+
+- ``rlinf_algos``: the pure functions (advantages, PPO-family losses, KL, aggregators, normalisation,
+  RLinf's layout helpers), explicit arrays and keyword-only switches;
+- `rlinf_algos.offpolicy`: SAC / CrossQ / IQL / TD3 losses and targets, also pure functions;
+- `rlinf_algos.compat`: the RLinf-compatible ``**kwargs`` entries and their registries, under RLinf's names.
+
+For existing code, every name of the two namespaces is also importable from ``rlinf_algos`` itself (the
+same objects). See the README.
 """
 
 from importlib.metadata import version as _version
 
+from . import compat as compat  # the namespaces: `rlinf_algos.compat`, `rlinf_algos.offpolicy`
+from . import offpolicy as offpolicy
 from ._advantages import gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
 from ._aggregation import (
     LOSS_AGG_FNS,
@@ -13,35 +23,6 @@ from ._aggregation import (
     masked_mean_ratio,
     seq_mean_token_mean,
     seq_mean_token_sum,
-)
-from ._compat_adv import (
-    ADV_ENTRY_KEYWORDS,
-    ADVANTAGE_FNS,
-    AdvantageFn,
-    advantage_registry,
-    calculate_adv_and_returns,
-    compute_gae_advantages_and_returns,
-    compute_grpo_advantages,
-    compute_grpo_dynamic_advantages,
-    compute_grpo_video_advantages,
-    compute_opd_advantages,
-    compute_raw_advantages,
-    compute_reinpp_advantages,
-    get_adv_and_returns,
-    register_advantage,
-)
-from ._compat_loss import (
-    LOSS_ENTRY_KEYWORDS,
-    POLICY_LOSS_FNS,
-    PolicyLossFn,
-    compute_decoupled_ppo_actor_critic_loss,
-    compute_grpo_actor_loss_fn,
-    get_policy_loss,
-    policy_loss,
-    policy_loss_registry,
-    postprocess_loss_metric,
-    preprocess_loss_inputs,
-    register_policy_loss,
 )
 from ._dapo import dynamic_sampling_filter, overlong_filter, overlong_reward_penalty
 from ._embodied import (
@@ -53,16 +34,6 @@ from ._embodied import (
     preprocess_embodied_advantages_inputs,
 )
 from ._kl import KL_PENALTY_TYPES, compute_entropy_from_logits, kl_penalty, reshape_entropy
-from ._loss_scales import (
-    LOSS_SCALE_FNS,
-    LossScaleFn,
-    agent_scale,
-    get_loss_scales,
-    group_scale,
-    loss_scale_registry,
-    register_loss_scale,
-    turn_scale,
-)
 from ._losses import (
     check_broadcast_to,
     compute_decoupled_ppo_actor_loss,
@@ -84,7 +55,49 @@ from ._normalize import (
     masked_stats,
     normalize_from_stats,
 )
-from ._offpolicy import (
+from ._reasoning import (
+    REASONING_ADV_TYPES,
+    ReasoningAdvantageInputs,
+    postprocess_reasoning_advantages_outputs,
+    preprocess_reasoning_advantages_inputs,
+)
+from ._registry import Registry
+from .compat import (
+    ADV_ENTRY_KEYWORDS,
+    ADVANTAGE_FNS,
+    LOSS_ENTRY_KEYWORDS,
+    LOSS_SCALE_FNS,
+    POLICY_LOSS_FNS,
+    AdvantageFn,
+    LossScaleFn,
+    PolicyLossFn,
+    advantage_registry,
+    agent_scale,
+    calculate_adv_and_returns,
+    compute_decoupled_ppo_actor_critic_loss,
+    compute_gae_advantages_and_returns,
+    compute_grpo_actor_loss_fn,
+    compute_grpo_advantages,
+    compute_grpo_dynamic_advantages,
+    compute_grpo_video_advantages,
+    compute_opd_advantages,
+    compute_raw_advantages,
+    compute_reinpp_advantages,
+    get_adv_and_returns,
+    get_loss_scales,
+    get_policy_loss,
+    group_scale,
+    loss_scale_registry,
+    policy_loss,
+    policy_loss_registry,
+    postprocess_loss_metric,
+    preprocess_loss_inputs,
+    register_advantage,
+    register_loss_scale,
+    register_policy_loss,
+    turn_scale,
+)
+from .offpolicy import (
     aggregate_q,
     crossq_critic_target,
     expectile_loss,
@@ -104,13 +117,6 @@ from ._offpolicy import (
     td3_critic_target,
     td3_target_actions,
 )
-from ._reasoning import (
-    REASONING_ADV_TYPES,
-    ReasoningAdvantageInputs,
-    postprocess_reasoning_advantages_outputs,
-    preprocess_reasoning_advantages_inputs,
-)
-from ._registry import Registry
 
 __version__ = _version("rlinf-algos")
 

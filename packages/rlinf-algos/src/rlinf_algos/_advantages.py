@@ -3,7 +3,7 @@
 Every function takes explicit arrays plus keyword-only switches and works on numpy arrays, torch tensors
 (autograd preserved) and any array-API namespace. Layouts are the ones RLinf uses AFTER its pre-processing:
 time (or token position) first, batch second. The RLinf-named keyword entry points that accept RLinf's
-``**kwargs`` live in ``_compat_adv``.
+``**kwargs`` live in ``rlinf_algos.compat``.
 
 References:
     GAE: Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage Estimation",

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from ._array import Array, as_float, check_ndim, namespace, to_bool
+from .._array import Array, as_float, check_ndim, namespace, to_bool
 
 __all__ = [
     "aggregate_q",

@@ -19,8 +19,8 @@ from typing import Any, TypeAlias, TypeVar
 
 import array_api_compat
 
-from ._array import Array, namespace
-from ._registry import Registry
+from .._array import Array, namespace
+from .._registry import Registry
 
 __all__ = [
     "LOSS_SCALE_FNS",

@@ -14,17 +14,17 @@ from collections.abc import Callable, Mapping, MutableMapping
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeVar
 
-from ._aggregation import LossAggFn, get_loss_agg_func
-from ._array import Array, namespace
-from ._losses import (
+from .._aggregation import LossAggFn, get_loss_agg_func
+from .._array import Array, namespace
+from .._losses import (
     compute_decoupled_ppo_actor_loss,
     compute_opd_actor_loss,
     compute_ppo_actor_loss,
     compute_ppo_critic_loss,
     stop_gradient,
 )
-from ._masked import masked_mean
-from ._registry import Registry
+from .._masked import masked_mean
+from .._registry import Registry
 
 __all__ = [
     "LOSS_ENTRY_KEYWORDS",

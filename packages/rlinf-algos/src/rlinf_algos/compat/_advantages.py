@@ -12,16 +12,16 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeVar
 
-from ._advantages import gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
-from ._array import Array
-from ._embodied import (
+from .._advantages import gae, grpo, grpo_dynamic, grpo_video, opd, raw, reinpp
+from .._array import Array
+from .._embodied import (
     calculate_scores,
     postprocess_embodied_advantages_outputs,
     preprocess_embodied_advantages_inputs,
 )
-from ._kl import kl_penalty
-from ._reasoning import postprocess_reasoning_advantages_outputs, preprocess_reasoning_advantages_inputs
-from ._registry import Registry
+from .._kl import kl_penalty
+from .._reasoning import postprocess_reasoning_advantages_outputs, preprocess_reasoning_advantages_inputs
+from .._registry import Registry
 
 __all__ = [
     "ADVANTAGE_FNS",
