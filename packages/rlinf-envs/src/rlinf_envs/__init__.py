@@ -5,23 +5,21 @@ Backends: ``rlinf_envs.gymnasium`` (``rlinf-envs[gymnasium]``; MuJoCo ids with `
 """
 
 from importlib.metadata import version as _version
-from typing import Any
+from typing import TYPE_CHECKING
 
+from rlinf_core import lazy_exports
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 from ._factory import env_config_problems, make_vec_env
 
+if TYPE_CHECKING:
+    from ._worker import EnvWorker
+
 __version__ = _version("rlinf-envs")
 
-
-def __getattr__(name: str) -> Any:
-    # EnvWorker pulls in Ray and torch: load it on first use so that `import rlinf_envs` stays light.
-    if name == "EnvWorker":
-        from ._worker import EnvWorker
-
-        return EnvWorker
-    raise AttributeError(f"module 'rlinf_envs' has no attribute {name!r}")
+# EnvWorker pulls in Ray and torch: loaded on first use so that `import rlinf_envs` stays light.
+__getattr__ = lazy_exports(__name__, {"EnvWorker": "._worker"})
 
 
 __all__ = [

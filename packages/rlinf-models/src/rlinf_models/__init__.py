@@ -1,7 +1,9 @@
 """rlinf_models: see the package README."""
 
 from importlib.metadata import version as _version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._config import EmbodiedActorConfig, OptimConfig
 
@@ -12,12 +14,6 @@ __version__ = _version("rlinf-models")
 
 __all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "OptimConfig", "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    # EmbodiedActorWorker pulls in Ray (through rlinf_scheduler): loaded on first use, so that importing the
-    # policies or configs stays light.
-    if name == "EmbodiedActorWorker":
-        from .embodied._actor_worker import EmbodiedActorWorker
-
-        return EmbodiedActorWorker
-    raise AttributeError(f"module 'rlinf_models' has no attribute {name!r}")
+# EmbodiedActorWorker pulls in Ray (through rlinf_scheduler): loaded on first use, so that importing the
+# policies or configs stays light.
+__getattr__ = lazy_exports(__name__, {"EmbodiedActorWorker": ".embodied._actor_worker"})

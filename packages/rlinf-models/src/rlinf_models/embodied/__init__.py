@@ -1,6 +1,8 @@
 """Embodied training: PPO-family updates of actor-critic policies on rollout batches."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
 
@@ -9,11 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINT_SUBDIR", "REQUIRED_BATCH_KEYS", "EmbodiedActorWorker", "EmbodiedPPOTrainer"]
 
-
-def __getattr__(name: str) -> Any:
-    # The worker pulls in Ray (through rlinf_scheduler): loaded on first use only.
-    if name in ("EmbodiedActorWorker", "CHECKPOINT_SUBDIR"):
-        from . import _actor_worker
-
-        return getattr(_actor_worker, name)
-    raise AttributeError(f"module 'rlinf_models.embodied' has no attribute {name!r}")
+# The worker pulls in Ray (through rlinf_scheduler): loaded on first use only.
+__getattr__ = lazy_exports(
+    __name__, {"EmbodiedActorWorker": "._actor_worker", "CHECKPOINT_SUBDIR": "._actor_worker"}
+)

@@ -4,7 +4,9 @@ Configs are importable without the Hugging Face stack; everything else needs ``r
 loaded on first use.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._backends import (
     actor_data_parallel_size,
@@ -47,12 +49,5 @@ _LAZY = {
     "LLMActorWorker": "._actor_worker",
 }
 
-
-def __getattr__(name: str) -> Any:
-    # transformers (and Ray, for the worker) load on first use: importing the configs stays light.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlinf_models.llm' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+# transformers (and Ray, for the worker) load on first use: importing the configs stays light.
+__getattr__ = lazy_exports(__name__, _LAZY)

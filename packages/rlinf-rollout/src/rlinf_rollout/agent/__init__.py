@@ -6,7 +6,9 @@ are trained (``loss_mask`` 1, rollout log-probs kept), tool outputs are not (``l
 transformers and Ray).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, ChatTokenizer, build_system_prompt
 from ._config import TOOL_NAMES, ToolsConfig, build_toolbox
@@ -33,13 +35,11 @@ from ._tools import (
     safe_eval_arithmetic,
 )
 
+if TYPE_CHECKING:
+    from ._worker import AgentRolloutWorker
 
-def __getattr__(name: str) -> Any:
-    if name == "AgentRolloutWorker":
-        from . import _worker
-
-        return getattr(_worker, name)
-    raise AttributeError(f"module 'rlinf_rollout.agent' has no attribute {name!r}")
+# The worker needs torch, transformers and Ray: loaded on first use only.
+__getattr__ = lazy_exports(__name__, {"AgentRolloutWorker": "._worker"})
 
 
 __all__ = [

@@ -5,7 +5,9 @@ worker load on first use (``HFGenerateEngine`` needs ``rlinf-rollout[hf]``, ``VL
 ``rlinf-rollout[vllm]``, ``SGLangEngine`` SGLang on a GPU).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._config import ENGINES, LLMRolloutConfig
 from ._factory import build_engine
@@ -42,12 +44,5 @@ _LAZY = {
     "LLMRolloutWorker": "._worker",
 }
 
-
-def __getattr__(name: str) -> Any:
-    # transformers (engines) and Ray (worker) load on first use: importing the configs stays light.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlinf_rollout.llm' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+# transformers (engines) and Ray (worker) load on first use: importing the configs stays light.
+__getattr__ = lazy_exports(__name__, _LAZY)

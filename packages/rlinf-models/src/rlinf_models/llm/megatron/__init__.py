@@ -8,7 +8,9 @@ safetensors/transformers to read the checkpoint) and CUDA, and load on first use
 for what was verified on which hardware.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._config import MegatronConfig
 from ._convert import (
@@ -69,12 +71,5 @@ _LAZY = {
     "MegatronLLMActorWorker": "._worker",
 }
 
-
-def __getattr__(name: str) -> Any:
-    # megatron-core (and Ray, for the worker) load on first use: an ImportError naming the extra when missing.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlinf_models.llm.megatron' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+# megatron-core (and Ray, for the worker) load on first use: an ImportError naming the extra when missing.
+__getattr__ = lazy_exports(__name__, _LAZY)
