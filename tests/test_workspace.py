@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["algos", "scheduler", "core", "envs", "models", "rollout", "runners"]
 
-# What each package may import from the workspace (DESIGN.md: never reversed, never circular).
+# What each package may import from the workspace (docs/architecture.md#the-package-graph: never reversed, never circular).
 ALLOWED: dict[str, set[str]] = {
     "algos": set(),
     "scheduler": set(),
@@ -68,7 +68,9 @@ def test_declared_dependencies_match_imports(pkg: str) -> None:
             assert f"rlinf-{other}" in declared, f"rlinf-{pkg} imports rlinf_{other} but does not declare it"
     for dep in declared:
         if dep.startswith("rlinf-"):
-            assert dep.removeprefix("rlinf-") in ALLOWED[pkg], f"rlinf-{pkg} declares {dep} against DESIGN.md"
+            assert dep.removeprefix("rlinf-") in ALLOWED[pkg], (
+                f"rlinf-{pkg} declares {dep} against docs/architecture.md"
+            )
             assert meta["tool"]["uv"]["sources"][dep] == {"workspace": True}
 
 
