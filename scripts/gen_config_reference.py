@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -20,12 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "config.md"
 COMMAND = "uv run python scripts/gen_config_reference.py"
 
-APPS: dict[str, tuple[str, str]] = {
+APP_CONFIG_FILES: dict[str, tuple[str, str]] = {
     "embodied": ("apps/embodied/config.py", "EmbodiedConfig"),
     "reasoning": ("apps/reasoning/config.py", "ReasoningConfig"),
     "agent": ("apps/agent/config.py", "AgentAppConfig"),
 }
-"""The root config class of each app: ``app -> (file, class name)``. The one list of apps documented."""
+"""Where each app's root config class lives while the apps are ``apps/*/config.py`` files:
+``app -> (file, class name)``. Once ``rlinf_runners.apps`` exists, its ``APPS`` registry is the list."""
 
 HEADER = f"""# Configuration reference
 
@@ -37,8 +39,6 @@ wrong type or a value outside the allowed ones is an error that names the key be
 Columns: the dotted **key**; its Python **type**; the **default** of the app (`required`: no default);
 the values the type or the field's validators **allow** (empty: any value of the type); the first
 paragraph of the field's docstring. `key[]` rows describe each member of a list.
-
-Apps: {" · ".join(f"[{app}](#{app})" for app in APPS)}.
 """
 
 
@@ -56,8 +56,11 @@ def _load(app: str, relpath: str) -> ModuleType:
 
 
 def root_classes() -> dict[str, type]:
-    """The root config class of each app in :data:`APPS`."""
-    return {app: getattr(_load(app, path), cls) for app, (path, cls) in APPS.items()}
+    """The root config class of every app, by app name (``rlinf_runners.apps.APPS``, else the app files)."""
+    if importlib.util.find_spec("rlinf_runners.apps") is not None:
+        apps = importlib.import_module("rlinf_runners.apps").APPS
+        return {name: app.config_cls for name, app in apps.items()}
+    return {app: getattr(_load(app, path), cls) for app, (path, cls) in APP_CONFIG_FILES.items()}
 
 
 def _missing(field: ConfigField) -> str:
@@ -69,11 +72,12 @@ def _missing(field: ConfigField) -> str:
 
 def render() -> str:
     """The full text of docs/config.md."""
-    parts = [HEADER.rstrip("\n")]
-    for app, cls in root_classes().items():
-        path = APPS[app][0]
-        parts.append(config_reference(cls, title=app, missing_doc=_missing).rstrip("\n"))
-        parts[-1] = parts[-1].replace(f"## {app}\n", f"## {app}\n\n`{cls.__name__}` ({path})\n", 1)
+    classes = root_classes()
+    links = " · ".join(f"[{app}](#{app})" for app in classes)
+    parts = [HEADER.rstrip("\n") + f"\n\nApps: {links}."]
+    for app, cls in classes.items():
+        text = config_reference(cls, title=app, missing_doc=_missing).rstrip("\n")
+        parts.append(text.replace(f"## {app}\n", f"## {app}\n\nRoot class `{cls.__name__}`.\n", 1))
     return "\n\n".join(parts) + "\n"
 
 
