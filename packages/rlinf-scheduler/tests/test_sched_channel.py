@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import sys
 import threading
@@ -163,6 +164,64 @@ def test_async_forms_keep_order(channel: Channel) -> None:
     gets, batch = asyncio.run(main())
     assert gets == list(range(1000))
     assert batch == ["x", "y"]
+
+
+def test_cancelled_get_async_leaves_the_channel_usable(channel: Channel) -> None:
+    async def main() -> list[Any]:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(channel.get_async(), 0.2)
+        # The withdrawn get must not swallow the next item, and the process's reader must still answer.
+        await channel.put_async("after")
+        return [await channel.get_async(timeout=5), channel.qsize()]
+
+    assert asyncio.run(main()) == ["after", 0]
+    channel.put({"t": torch.ones(BIG)}, timeout=5)  # sync calls from the same process still get answers
+    assert float(channel.get(timeout=5)["t"].sum()) == BIG
+
+
+def test_cancelling_gets_at_any_moment_loses_no_item(channel: Channel) -> None:
+    n = 60
+
+    async def main() -> list[int]:
+        got: list[int] = []
+        for i in range(n):
+            task = asyncio.ensure_future(channel.get_async(key="race"))
+            await asyncio.sleep(0.001 * (i % 4))
+            await channel.put_async(i, key="race")
+            await asyncio.sleep(0.0005 * (i % 3))
+            task.cancel()  # lands before, during or after the answer
+            with contextlib.suppress(asyncio.CancelledError):
+                got.append(await task)
+        await asyncio.sleep(0.5)  # items given back by withdrawn gets reach the queue
+        while channel.qsize(key="race"):
+            got.append(channel.get_nowait(key="race"))
+        return got
+
+    assert sorted(asyncio.run(main())) == list(range(n))
+
+
+@pytest.mark.parametrize("channel", [1], indirect=True)
+def test_cancelled_put_async_is_withdrawn(channel: Channel) -> None:
+    async def main() -> list[Any]:
+        await channel.put_async("first")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(channel.put_async("withdrawn"), 0.2)
+        first = await channel.get_async(timeout=5)
+        await channel.put_async("second", timeout=5)  # the withdrawn put no longer holds the slot
+        return [first, await channel.get_async(timeout=5), channel.qsize()]
+
+    assert asyncio.run(main()) == ["first", "second", 0]
+
+
+def test_rlinf_positional_put_fails_loudly(channel: Channel) -> None:
+    # RLinf spells put(item, weight, key); here key and weight are keyword-only, never silently swapped.
+    with pytest.raises(TypeError, match="positional argument"):
+        channel.put("x", 3)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="positional argument"):
+        channel.put_nowait("x", 3)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="async_op"):
+        channel.put("x", async_op=True)  # type: ignore[call-arg]
+    assert channel.qsize() == 0 and channel.qsize(key=3) == 0
 
 
 def test_create_existing_name_connects(cluster: Cluster) -> None:

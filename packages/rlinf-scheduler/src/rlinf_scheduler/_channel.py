@@ -22,7 +22,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,14 @@ class Full(queue.Full):
 
 class Empty(queue.Empty):
     """Raised by ``get_nowait``/``get_batch`` (or a blocking get with a timeout) when nothing is available."""
+
+
+class _Withdrawn(Exception):
+    """Server side: the client gave up on a waiting request (its asyncio task was cancelled)."""
+
+
+_ONE_WAY = frozenset({"cancel", "requeue"})
+"""Requests the actor does not answer."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -111,7 +119,7 @@ class _ChannelActor:
         moved = True
         while moved:
             moved = False
-            while q.putters and self._has_room(q):
+            while q.putters and (q.putters[0].fut.done() or self._has_room(q)):
                 p = q.putters.popleft()
                 if not p.fut.done():
                     assert p.item is not None
@@ -126,7 +134,7 @@ class _ChannelActor:
                 if g.target is None:
                     if not q.items:
                         break
-                    g.fut.set_result(q.items.popleft()[1])
+                    g.fut.set_result(q.items.popleft())
                 else:
                     n = _batch_len(q.items, g.target)
                     if n is None:
@@ -134,7 +142,7 @@ class _ChannelActor:
                     if n == 0:
                         g.fut.set_exception(_head_too_heavy(q.items[0][0], g.target))
                     else:
-                        g.fut.set_result([q.items.popleft()[1] for _ in range(n)])
+                        g.fut.set_result([q.items.popleft() for _ in range(n)])
                 q.getters.popleft()
                 moved = True
 
@@ -157,15 +165,15 @@ class _ChannelActor:
             q = self._queue(key)
             if not q.getters:
                 if target is None and q.items:
-                    blob = q.items.popleft()[1]
+                    item = q.items.popleft()
                     self._pump(q)
-                    return ("ok", blob)
+                    return ("ok", item)
                 if target is not None:
                     n = _batch_len(q.items, target)
                     if n == 0:
                         return ("error", _head_too_heavy(q.items[0][0], target))
                     if n is not None:
-                        batch = [q.items.popleft()[1] for _ in range(n)]
+                        batch = [q.items.popleft() for _ in range(n)]
                         self._pump(q)
                         return ("ok", batch)
             if not block:
@@ -173,6 +181,13 @@ class _ChannelActor:
             fut = asyncio.get_running_loop().create_future()
             q.getters.append(_Waiter(fut, target=target))
             return fut
+        if op == "requeue":
+            # Items a cancelled get received after all: back to the head of the queue, in order.
+            key, items = args
+            q = self._queue(key)
+            q.items.extendleft(reversed(items))
+            self._pump(q)
+            return ("ok", None)
         if op == "qsize":
             found = self._queues.get(args[0])
             return ("ok", 0 if found is None else len(found.items))
@@ -189,17 +204,10 @@ class _ChannelActor:
             body = pickle.dumps((req_id, status, value), protocol=5)
             writer.write(_LEN.pack(len(body)) + b"\0" + body)
 
-        async def finish(req_id: int, op: str, fut: asyncio.Future[Any], timeout: float | None) -> None:
-            try:
-                value = await asyncio.wait_for(fut, timeout)
-            except TimeoutError:
-                reply(req_id, "full" if op == "put" else "empty", None)
-                self._pump_all()
-            except Exception as e:
-                reply(req_id, "error", e)
-            else:
-                reply(req_id, "ok", value)
-
+        waiting: dict[int, asyncio.Future[Any]] = {}  # this connection's requests that wait, by id
+        me = asyncio.current_task()
+        if me is not None:
+            self._tasks.add(me)
         self._writers.add(writer)
         try:
             while True:
@@ -209,14 +217,18 @@ class _ChannelActor:
                 if op == "shutdown":
                     reply(req_id, "ok", None)
                     await writer.drain()
-                    self._close_all()
+                    await self._close_all()
                     return
+                if op == "cancel":
+                    _withdraw(waiting.get(args[0]))
+                    continue
                 res = self._op(op, args)
                 if isinstance(res, asyncio.Future):
-                    task = asyncio.ensure_future(finish(req_id, op, res, timeout))
+                    waiting[req_id] = res
+                    task = asyncio.ensure_future(self._finish(reply, waiting, req_id, op, timeout))
                     self._tasks.add(task)  # keep a reference until it finishes
                     task.add_done_callback(self._tasks.discard)
-                else:
+                elif op not in _ONE_WAY:
                     reply(req_id, *res)
                 if writer.transport.get_write_buffer_size() > (1 << 20):
                     await writer.drain()
@@ -224,21 +236,62 @@ class _ChannelActor:
             pass
         finally:
             self._writers.discard(writer)
+            if me is not None:
+                self._tasks.discard(me)
             with contextlib.suppress(RuntimeError):  # the actor's loop may already be closing
                 writer.close()
 
-    def _close_all(self) -> None:
-        """Stop serving: every client connection closes, so their pending calls fail at once."""
+    async def _finish(
+        self,
+        reply: Callable[[int, str, Any], None],
+        waiting: dict[int, asyncio.Future[Any]],
+        req_id: int,
+        op: str,
+        timeout: float | None,
+    ) -> None:
+        """Answer a request that had to wait, once it completes, times out or is withdrawn."""
+        try:
+            value = await asyncio.wait_for(waiting[req_id], timeout)
+        except TimeoutError:
+            reply(req_id, "full" if op == "put" else "empty", None)
+            self._pump_all()
+        except _Withdrawn:
+            reply(req_id, "cancelled", None)
+            self._pump_all()
+        except Exception as e:
+            reply(req_id, "error", e)
+        else:
+            reply(req_id, "ok", value)
+        finally:
+            waiting.pop(req_id, None)
+
+    async def _close_all(self) -> None:
+        """Stop serving: every client connection closes, so their pending calls fail at once.
+
+        Every task of the actor ends here, before the actor process is killed: a task still pending when
+        the process exits makes asyncio print "Task was destroyed but it is pending!".
+        """
         if self._server is not None:
             self._server.close()
         for w in list(self._writers):
             w.close()
         self._writers.clear()
+        me = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not me]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _pump_all(self) -> None:
         # A waiter that timed out may have been the one blocking the head of a queue.
         for q in self._queues.values():
             self._pump(q)
+
+
+def _withdraw(fut: asyncio.Future[Any] | None) -> None:
+    """Fail a waiting request its client gave up on (a no-op if it already completed)."""
+    if fut is not None and not fut.done():
+        fut.set_exception(_Withdrawn())
 
 
 def _head_too_heavy(weight: float, target: float) -> ValueError:
@@ -249,6 +302,16 @@ def _head_too_heavy(weight: float, target: float) -> ValueError:
 
 # --------------------------------------------------------------------------------------------------------
 # Client side (driver or worker)
+
+
+@dataclass
+class _Request:
+    """A request sent to the channel actor; ``fut`` gets ``(status, value)``."""
+
+    req_id: int
+    op: str
+    key: Any
+    fut: concurrent.futures.Future[Any]
 
 
 class _Client:
@@ -264,26 +327,56 @@ class _Client:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._pending: dict[int, concurrent.futures.Future[Any]] = {}
+        self._pending: dict[int, _Request] = {}
+        self._abandoned: dict[int, _Request] = {}
         self.closed = False
         threading.Thread(target=self._read, name=f"rlinf-channel-{name}", daemon=True).start()
 
-    def call(
-        self, op: str, args: tuple[Any, ...], timeout: float | None = None
-    ) -> concurrent.futures.Future[Any]:
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    def call(self, op: str, args: tuple[Any, ...], timeout: float | None = None) -> _Request:
+        req = _Request(-1, op, args[0] if args else None, concurrent.futures.Future())
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"channel {self._name!r} is shut down or its actor is gone")
-            req_id = next(self._ids)
-            self._pending[req_id] = fut
-            body = pickle.dumps((req_id, op, args, timeout), protocol=5)
-            try:
-                self._sock.sendall(_LEN.pack(len(body)) + b"\0" + body)
-            except OSError as e:
-                self._pending.pop(req_id, None)
-                raise RuntimeError(f"channel {self._name!r}: connection to its actor lost ({e})") from e
-        return fut
+            req.req_id = next(self._ids)
+            if op not in _ONE_WAY:
+                self._pending[req.req_id] = req
+            self._send(req.req_id, op, args, timeout)
+        return req
+
+    def _send(self, req_id: int, op: str, args: tuple[Any, ...], timeout: float | None) -> None:
+        body = pickle.dumps((req_id, op, args, timeout), protocol=5)
+        try:
+            self._sock.sendall(_LEN.pack(len(body)) + b"\0" + body)
+        except OSError as e:
+            self._pending.pop(req_id, None)
+            raise RuntimeError(f"channel {self._name!r}: connection to its actor lost ({e})") from e
+
+    def abandon(self, req: _Request) -> None:
+        """The caller gave up on ``req`` (its asyncio task was cancelled): withdraw it, keep its items.
+
+        A request still waiting in the actor is withdrawn there; items a get received anyway (the answer
+        crossed the cancellation) go back to the head of their queue, so nothing is lost.
+        """
+        with self._lock:
+            if self._pending.pop(req.req_id, None) is not None:
+                self._abandoned[req.req_id] = req
+                with contextlib.suppress(RuntimeError):  # connection gone: nothing left to withdraw
+                    self._send(next(self._ids), "cancel", (req.req_id,), None)
+                return
+        if req.fut.done() and req.fut.exception() is None:
+            self._give_back(req, *req.fut.result())
+
+    def _give_back(self, req: _Request, status: str, value: Any) -> None:
+        if status != "ok" or req.op not in ("get", "get_batch"):
+            return
+        items = [value] if req.op == "get" else list(value)
+
+        def send() -> None:
+            with contextlib.suppress(RuntimeError):
+                self.call("requeue", (req.key, items))
+
+        # Not on the reader thread: a blocking send there could wait on an actor waiting for us to read.
+        threading.Thread(target=send, name=f"rlinf-channel-{self._name}-requeue", daemon=True).start()
 
     def _read(self) -> None:
         try:
@@ -292,16 +385,23 @@ class _Client:
                 (length,) = _LEN.unpack(head[: _LEN.size])
                 req_id, status, value = pickle.loads(recv_exact(self._sock, length))
                 with self._lock:
-                    fut = self._pending.pop(req_id, None)
-                if fut is not None:
-                    fut.set_result((status, value))
+                    req = self._pending.pop(req_id, None)
+                    if req is not None and not req.fut.done():
+                        req.fut.set_result((status, value))  # under the lock: abandon() sees it done
+                    gone = self._abandoned.pop(req_id, None)
+                if gone is not None:
+                    self._give_back(gone, status, value)
         except (ConnectionError, OSError):
             pass
         with self._lock:
             self.closed = True
             pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            fut.set_exception(RuntimeError(f"channel {self._name!r} is shut down or its actor is gone"))
+            self._abandoned.clear()
+        for req in pending.values():
+            if not req.fut.done():
+                req.fut.set_exception(
+                    RuntimeError(f"channel {self._name!r} is shut down or its actor is gone")
+                )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -487,14 +587,14 @@ class Channel:
 
     # ------------------------------------------------------------------------------------------ plumbing
 
-    def _call(self, op: str, args: tuple[Any, ...], timeout: float | None) -> concurrent.futures.Future[Any]:
+    def _call(self, op: str, args: tuple[Any, ...], timeout: float | None) -> _Request:
         if self._closed:
             raise RuntimeError(f"channel {self._name!r} is shut down")
         return _state().client(self._address, self._name).call(op, args, timeout)
 
-    def _result(self, fut: concurrent.futures.Future[Any], timeout: float | None, what: str) -> Any:
+    def _result(self, req: _Request, timeout: float | None, what: str) -> Any:
         try:
-            status, value = fut.result(None if timeout is None else timeout + _GRACE_S)
+            status, value = req.fut.result(None if timeout is None else timeout + _GRACE_S)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(
                 f"channel {self._name!r}: {what} got no answer from the channel actor"
@@ -508,10 +608,18 @@ class Channel:
             raise Full(f"channel {self._name!r}: {what}: queue full (maxsize={self._maxsize})")
         if status == "empty":
             raise Empty(f"channel {self._name!r}: {what}: nothing available")
-        raise value
+        if status == "error":
+            raise value
+        raise RuntimeError(f"channel {self._name!r}: {what}: unexpected answer {status!r}")
 
-    async def _await(self, fut: concurrent.futures.Future[Any], what: str) -> Any:
-        status, value = await asyncio.wrap_future(fut)
+    async def _await(self, req: _Request, what: str) -> Any:
+        # shield: cancelling the caller must not cancel the request's future behind the reader's back;
+        # the request is withdrawn instead (its items, if any arrived, go back to the queue).
+        try:
+            status, value = await asyncio.shield(asyncio.wrap_future(req.fut))
+        except asyncio.CancelledError:
+            _state().client(self._address, self._name).abandon(req)
+            raise
         return self._status(status, value, what)
 
     def _put_request(
@@ -536,9 +644,13 @@ class Channel:
     # ---------------------------------------------------------------------------------------- blocking
 
     def put(
-        self, item: Any, key: Hashable = DEFAULT_KEY, weight: float = 1, *, timeout: float | None = None
+        self, item: Any, *, key: Hashable = DEFAULT_KEY, weight: float = 1, timeout: float | None = None
     ) -> None:
         """Append ``item`` to ``key``'s queue, waiting while it is full.
+
+        ``key`` and ``weight`` are keyword-only: RLinf's ``put(item, weight, key)`` has them the other way
+        round, so a positional call written for RLinf fails with ``TypeError`` instead of using the weight as
+        the key.
 
         Args:
             item: any picklable object.
@@ -559,7 +671,7 @@ class Channel:
             Empty: nothing arrived within ``timeout``.
         """
         fut = self._get_request(key, None, True, timeout)
-        return _unpack(self._result(fut, timeout, f"get(key={key!r})"))
+        return _unpack(self._result(fut, timeout, f"get(key={key!r})")[1])
 
     def get_batch(
         self, target_weight: float, key: Hashable = DEFAULT_KEY, *, timeout: float | None = None
@@ -580,11 +692,11 @@ class Channel:
             ValueError: the next item alone weighs more than ``target_weight``.
         """
         fut = self._get_request(key, target_weight, True, timeout)
-        return [_unpack(b) for b in self._result(fut, timeout, f"get_batch(key={key!r})")]
+        return [_unpack(b) for _, b in self._result(fut, timeout, f"get_batch(key={key!r})")]
 
     # -------------------------------------------------------------------------------------- non-blocking
 
-    def put_nowait(self, item: Any, key: Hashable = DEFAULT_KEY, weight: float = 1) -> None:
+    def put_nowait(self, item: Any, *, key: Hashable = DEFAULT_KEY, weight: float = 1) -> None:
         """Append ``item`` if there is room, else raise ``Full``."""
         fut = self._put_request(item, key, weight, False, None)
         self._result(fut, 0.0, f"put_nowait(key={key!r})")
@@ -592,24 +704,32 @@ class Channel:
     def get_nowait(self, key: Hashable = DEFAULT_KEY) -> Any:
         """Remove and return the oldest item if there is one, else raise ``Empty``."""
         fut = self._get_request(key, None, False, None)
-        return _unpack(self._result(fut, 0.0, f"get_nowait(key={key!r})"))
+        return _unpack(self._result(fut, 0.0, f"get_nowait(key={key!r})")[1])
 
     def get_batch_nowait(self, target_weight: float, key: Hashable = DEFAULT_KEY) -> list[Any]:
         """``get_batch`` that raises ``Empty`` at once if the batch is not complete."""
         fut = self._get_request(key, target_weight, False, None)
-        return [_unpack(b) for b in self._result(fut, 0.0, f"get_batch_nowait(key={key!r})")]
+        return [_unpack(b) for _, b in self._result(fut, 0.0, f"get_batch_nowait(key={key!r})")]
 
     # ---------------------------------------------------------------------------------------- asyncio
 
     async def put_async(
-        self, item: Any, key: Hashable = DEFAULT_KEY, weight: float = 1, *, timeout: float | None = None
+        self, item: Any, *, key: Hashable = DEFAULT_KEY, weight: float = 1, timeout: float | None = None
     ) -> None:
-        """Asyncio form of ``put`` (the request is sent when the coroutine starts)."""
+        """Asyncio form of ``put`` (the request is sent when the coroutine starts).
+
+        Cancelling it (e.g. ``asyncio.wait_for`` timing out) withdraws a put still waiting for room; the item
+        is then not added.
+        """
         await self._await(self._put_request(item, key, weight, True, timeout), f"put_async(key={key!r})")
 
     async def get_async(self, key: Hashable = DEFAULT_KEY, *, timeout: float | None = None) -> Any:
-        """Asyncio form of ``get``."""
-        blob = await self._await(self._get_request(key, None, True, timeout), f"get_async(key={key!r})")
+        """Asyncio form of ``get``.
+
+        Cancelling it (e.g. ``asyncio.wait_for`` timing out) withdraws the request: no item is lost (one
+        that was already on its way goes back to the head of the queue) and the channel stays usable.
+        """
+        _, blob = await self._await(self._get_request(key, None, True, timeout), f"get_async(key={key!r})")
         return _unpack(blob)
 
     async def get_batch_async(
@@ -617,7 +737,7 @@ class Channel:
     ) -> list[Any]:
         """Asyncio form of ``get_batch``."""
         fut = self._get_request(key, target_weight, True, timeout)
-        return [_unpack(b) for b in await self._await(fut, f"get_batch_async(key={key!r})")]
+        return [_unpack(b) for _, b in await self._await(fut, f"get_batch_async(key={key!r})")]
 
     # ------------------------------------------------------------------------------------------- state
 
@@ -639,7 +759,7 @@ class Channel:
         if self._closed:
             return
         with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
-            self._call("shutdown", (), None).result(timeout=_GRACE_S)
+            self._call("shutdown", (), None).fut.result(timeout=_GRACE_S)
         self._closed = True
         st = _state()
         with st.lock:
