@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
     splits = _split(pool, {"eval": args.eval, "sft": args.sft, "train": args.train})
     evals, sft, train = splits["eval"], splits["sft"], splits["train"]
     if not args.no_verify:
-        from rlinf_algos.rewards.math import MathVerifier
+        from rlinf_core.rewards import MathVerifier
 
         with MathVerifier(1) as verifier:
             sample = sft + evals[:50]

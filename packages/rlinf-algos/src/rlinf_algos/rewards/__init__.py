@@ -2,7 +2,8 @@
 
 ``rlinf_algos.rewards`` imports without optional dependencies. The math reward lives in
 `rlinf_algos.rewards.math` and needs the ``rlinf-algos[math]`` extra (math-verify); it is also reachable as
-``get_reward_class("math")``, which imports it on first use.
+``get_reward_class("math")``, which imports it on first use. The process pool that bounds each
+verification in time lives next to the reward worker, in rlinf-core.
 """
 
 from ._extract import extract_final_answer, extract_reference_answer
@@ -14,9 +15,12 @@ from ._reward_registry import (
     reward_registry,
 )
 from ._searchr1 import SearchR1Reward, normalize_answer, searchr1_score
+from ._verifier import AnswerVerifier, SampleReferences
 
 __all__ = [
+    "AnswerVerifier",
     "RewardRegistry",
+    "SampleReferences",
     "SearchR1Reward",
     "extract_final_answer",
     "extract_reference_answer",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +10,8 @@ import attrs
 from attrs import validators as v
 from rlinf_algos.rewards import get_reward_class, reward_registry
 from rlinf_scheduler import Worker, shard_bounds, timed
+
+from ._math_verifier import MathVerifier
 
 __all__ = ["RewardConfig", "RewardWorker", "build_reward"]
 
@@ -62,13 +63,15 @@ class RewardConfig:
 def build_reward(cfg: RewardConfig) -> Any:
     """Build the reward object of ``cfg`` (an object with ``get_reward(responses, references) -> list[float]``).
 
+    ``math`` gets its own `MathVerifier` pool of ``num_verify_workers`` processes.
+
     Raises:
         ValueError: for an unknown ``reward_type`` (the message lists the registered names).
-        ImportError: for ``math`` without the ``rlinf-algos[math]`` extra.
+        ImportError: for ``math`` without the ``rlinf-algos[math]`` extra (``rlinf-core[math]``).
     """
     cls = get_reward_class(cfg.reward_type)
     if cfg.reward_type.lower() == "math":
-        verifier = importlib.import_module("rlinf_algos.rewards.math").MathVerifier(cfg.num_verify_workers)
+        verifier = MathVerifier(cfg.num_verify_workers)
         return cls(
             scale=cfg.reward_scale,
             min_val=cfg.reward_min_val,

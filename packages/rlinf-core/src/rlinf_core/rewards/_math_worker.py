@@ -1,5 +1,8 @@
 """Entry point of one math-verify worker process (spawned by `MathVerifier`; not a public module).
 
+Run as ``python -m rlinf_core.rewards._math_worker``; it imports only the standard library and
+`rlinf_algos.rewards.math` (math-verify), never Ray.
+
 Protocol (JSON lines): the worker first writes ``{"ready": true}`` (or ``{"ready": false, "error": ...}``),
 then answers each ``{"id", "response", "references"}`` line on stdin with ``{"id", "ok"}`` on its protocol
 channel. It exits at stdin EOF and, on Linux, when its parent process dies.
