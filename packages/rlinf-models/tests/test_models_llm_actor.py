@@ -85,7 +85,7 @@ def masked_row_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def state(actor: LLMActorWorker) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in actor.policy.state_dict().items()}
+    return {k: v.detach().clone() for k, v in actor.backend.policy.state_dict().items()}
 
 
 def test_grpo_update_raises_logprobs_of_rewarded_tokens(model_dir: Path) -> None:
@@ -232,7 +232,7 @@ def test_save_hf_exports_a_loadable_checkpoint(model_dir: Path, tmp_path: Path) 
         got[real], actor.compute_logprobs(no_mask)["logprobs"][real], rtol=1e-5, atol=1e-5
     )
     # The weight-sync state dict has exactly the HF model's keys.
-    assert set(actor._hf_state()) == set(model.state_dict())
+    assert set(actor.backend.export_hf_state_dict()) == set(model.state_dict())
 
 
 def test_batch_validation(model_dir: Path) -> None:
@@ -256,7 +256,8 @@ def test_gradient_checkpointing_makes_the_same_update(model_dir: Path) -> None:
     cfg = actor_cfg(model_dir)
     ckpt = local_actor(attrs.evolve(cfg, model=attrs.evolve(cfg.model, gradient_checkpointing=True)), GRPO)
     assert (
-        ckpt.policy.model.is_activation_checkpointing and not plain.policy.model.is_activation_checkpointing
+        ckpt.backend.policy.model.is_activation_checkpointing
+        and not plain.backend.policy.model.is_activation_checkpointing
     )
     mp, mc = plain.run_training(batch), ckpt.run_training(batch)
     assert mc["actor/grad_norm"] == pytest.approx(mp["actor/grad_norm"], rel=1e-4)
@@ -271,7 +272,8 @@ def test_bfloat16_weights_train_and_offload_is_a_cpu_no_op(model_dir: Path) -> N
     alg = AlgorithmConfig(adv_type="gae", loss_type="actor_critic", update_epoch=1)
     actor = local_actor(cfg, alg)
     assert (
-        actor.policy.model.dtype == torch.bfloat16 and actor.policy.value_head.weight.dtype == torch.float32
+        actor.backend.policy.model.dtype == torch.bfloat16
+        and actor.backend.policy.value_head.weight.dtype == torch.float32
     )
     batch = make_batch(seed=8)
     batch["returns"] = batch["advantages"].clone()

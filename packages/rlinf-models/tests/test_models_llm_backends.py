@@ -181,3 +181,32 @@ def test_fake_megatron_is_gone_after_the_fixture() -> None:
         pytest.skip("megatron-core is installed")
     assert "megatron" not in sys.modules
     assert not backends._megatron_core_importable()
+
+
+# ------------------------------------------------------------------------------------------ backend protocol
+def _protocol_methods() -> list[str]:
+    from rlinf_models.llm import LLMActorBackend
+
+    return sorted(n for n, f in vars(LLMActorBackend).items() if callable(f) and not n.startswith("_"))
+
+
+def test_both_backends_implement_the_backend_protocol(fake_megatron: None) -> None:
+    from rlinf_models.llm import FSDPActorBackend, LLMActorBackend
+    from rlinf_models.llm.megatron import MegatronActorBackend
+
+    names = _protocol_methods()
+    assert "run_training" in names and "export_hf_state_dict" in names
+    for backend in (FSDPActorBackend, MegatronActorBackend):
+        for name in names:
+            ours = inspect.signature(getattr(backend, name))
+            theirs = inspect.signature(getattr(LLMActorBackend, name))
+            assert list(ours.parameters) == list(theirs.parameters), (backend.__name__, name)
+
+
+def test_the_worker_is_a_thin_host_of_every_protocol_method() -> None:
+    """Each backend method is reachable through the worker (the weight sync reaches export_hf_state_dict)."""
+    from rlinf_models.llm import LLMActorWorker
+
+    hosted = set(_protocol_methods()) - {"export_hf_state_dict"}
+    assert hosted <= set(vars(LLMActorWorker))
+    assert "sync_model_to_rollout" in vars(LLMActorWorker)

@@ -1,4 +1,4 @@
-"""rlinf_models.llm: Hugging Face causal-LM policies and their FSDP2 actor (reasoning and agent RL).
+"""rlinf_models.llm: Hugging Face causal-LM policies and their actor (reasoning and agent RL).
 
 Configs are importable without the Hugging Face stack; everything else needs ``rlinf-models[hf]`` and is
 loaded on first use.
@@ -19,6 +19,8 @@ from ._config import SMOLLM2_ALIAS, TRAINING_BACKENDS, LLMActorConfig, LLMModelC
 
 if TYPE_CHECKING:
     from ._actor_worker import LLMActorWorker
+    from ._backend import LLMActorBackend
+    from ._fsdp_backend import FSDPActorBackend
     from ._hf import cache_dir, load_causal_lm, load_tokenizer, resolve_model_path
     from ._policy import CausalLMPolicy
 
@@ -26,6 +28,8 @@ __all__ = [
     "SMOLLM2_ALIAS",
     "TRAINING_BACKENDS",
     "CausalLMPolicy",
+    "FSDPActorBackend",
+    "LLMActorBackend",
     "LLMActorConfig",
     "LLMActorWorker",
     "LLMModelConfig",
@@ -47,6 +51,8 @@ _LAZY = {
     "resolve_model_path": "._hf",
     "CausalLMPolicy": "._policy",
     "LLMActorWorker": "._actor_worker",
+    "LLMActorBackend": "._backend",
+    "FSDPActorBackend": "._fsdp_backend",
 }
 
 # transformers (and Ray, for the worker) load on first use: importing the configs stays light.

@@ -1,5 +1,8 @@
-"""``LLMActorWorker``: the FSDP2 training group of a causal-LM policy (reasoning and agent RL, SFT).
+"""``LLMActorWorker``: the training group of a causal-LM policy (reasoning and agent RL, SFT).
 
+A thin host: the work is done by the :class:`~rlinf_models.llm.LLMActorBackend` that ``actor.training_backend``
+picks (``fsdp``: :class:`~rlinf_models.llm.FSDPActorBackend`; ``megatron``:
+:class:`~rlinf_models.llm.megatron.MegatronActorBackend`); the worker adds the weight sync and the timings.
 The runner drives it by method name, with the SAME full batch on every rank:
 
 ```python
@@ -10,157 +13,45 @@ metrics = actor.run_sft(sft_batch).wait()[0]      # one supervised optimizer ste
 actor.sync_model_to_rollout("rollout")           # ‖ rollout.sync_model_from_actor("actor")
 ```
 
-Batch contract (``N`` sequences of ``T`` tokens; torch tensors or numpy arrays; extra keys are ignored):
-
-- ``input_ids [N, T]`` int, ``attention_mask [N, T]`` (1 = token), prompts LEFT-padded, responses RIGHT-padded;
-- ``loss_mask [N, T]`` (1 on trained response tokens; 0 on prompt, padding, tool outputs);
-- ``advantages [N, T]`` float (token level; broadcast sequence advantages first) — ``run_training`` only;
-- optional ``old_logprobs [N, T]`` (behaviour log-probs for the PPO ratio; recomputed when absent),
-  ``ref_logprobs [N, T]`` (computed when absent and ``algorithm.kl_beta > 0``), ``values``/``prev_values [N, T]``
-  (computed when absent and the loss has a critic), ``returns [N, T]`` (required by critic losses),
-  ``rollout_logprobs [N, T]`` (only for the ``actor/rollout_logprob_diff`` metric).
-
-Index ``t`` of every per-token tensor belongs to ``input_ids[:, t]`` (log-prob of that token given the ones
-before; see :class:`~rlinf_models.llm.CausalLMPolicy`).
+The batch contract is in :mod:`rlinf_models.llm._fsdp_backend`.
 """
 
 from __future__ import annotations
 
-import io
-import math
-import os
-import shutil
-import uuid
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
-from rlinf_algos import (
-    compute_critic_explained_variance_from_stats,
-    get_loss_agg_func,
-    kl_penalty,
-    policy_loss,
-)
-from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import send_weights
 from rlinf_scheduler import Worker, timed
-from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-from .._fsdp import (
-    full_model_state_dict,
-    full_optimizer_state_dict,
-    init_distributed,
-    load_full_model_state_dict,
-    load_full_optimizer_state_dict,
-)
-from ..actor import (
-    MetricMeans,
-    accumulate_gradients,
-    clip_gradients,
-    lr_scale,
-    mean_over_ranks,
-    micro_batches,
-    run_update,
-    shuffled_minibatches,
-)
-from ._config import LLMActorConfig
-from ._hf import load_causal_lm, load_tokenizer
-from ._policy import CausalLMPolicy
+from ._backend import LLMActorBackend
+from ._config import TRAINING_BACKENDS, LLMActorConfig
+from ._fsdp_backend import CHECKPOINT_SUBDIR, FSDPActorBackend
+from .megatron._config import MegatronConfig
 
 __all__ = ["CHECKPOINT_SUBDIR", "LLMActorWorker"]
 
-CHECKPOINT_SUBDIR = "actor"
-"""Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
-
-_CRITIC_LOSSES = ("actor_critic", "decoupled_actor_critic")
-
-
-def _select_device() -> torch.device:
-    """CUDA when the placement gave this process real GPUs (``RLINF_ACCELERATOR_TYPE=cuda``), else CPU."""
-    if os.environ.get("RLINF_ACCELERATOR_TYPE", "cpu") == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
-
-
-def _shard(policy: CausalLMPolicy, mesh: Any, *, cpu_offload: bool) -> None:
-    """FSDP2: one unit per decoder layer, one for the value head, the rest (embeddings, norm, LM head) in the root."""
-    kwargs: dict[str, Any] = {"mesh": mesh}
-    if cpu_offload and mesh.device_type == "cuda":
-        kwargs["offload_policy"] = CPUOffloadPolicy()
-    decoder = policy.model.get_decoder()
-    for layer in getattr(decoder, "layers", []):
-        fully_shard(layer, **kwargs)
-    if policy.value_head is not None:
-        # Its own unit: the float32 head never shares an all-gather with bfloat16 model weights.
-        fully_shard(policy.value_head, **kwargs)
-    fully_shard(policy, **kwargs)
-
-
-def _hf_keys(state: Mapping[str, torch.Tensor], policy: CausalLMPolicy) -> dict[str, torch.Tensor]:
-    """Policy state dict → the wrapped HF model's keys (``model.`` prefix stripped, value head dropped)."""
-    out = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
-    if getattr(policy.config, "tie_word_embeddings", False) and "lm_head.weight" not in out:
-        emb = policy.model.get_input_embeddings()
-        for name, param in policy.model.named_parameters():
-            if param is emb.weight and name in out:
-                out["lm_head.weight"] = out[name]
-                break
-    return out
-
-
-def _live_columns(attention_mask: torch.Tensor) -> slice:
-    """Columns ``[lo, hi)`` holding a token in some row (at least 2): the rest is padding in every row.
-
-    Dropping all-padding columns at both ends changes no score of a real token (positions come from the mask,
-    attention is causal and masked), and saves the compute and activation memory of the padding.
-    """
-    t = attention_mask.shape[1]
-    cols = attention_mask.bool().any(0).nonzero().squeeze(-1)
-    if cols.numel() == 0:
-        return slice(0, t)
-    lo, hi = int(cols[0]), int(cols[-1]) + 1
-    if hi - lo < 2:
-        lo, hi = (lo, lo + 2) if lo + 2 <= t else (t - 2, t)
-    return slice(lo, hi)
-
-
-def _as_tensor(name: str, value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    try:
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise TypeError(f"batch[{name!r}] must be a tensor or an array, got {type(value).__name__}") from e
-
 
 class LLMActorWorker(Worker):
-    """Trains a :class:`~rlinf_models.llm.CausalLMPolicy` (PPO/GRPO/Reinforce++ updates, SFT); FSDP2 over ranks.
+    """Trains a causal-LM policy on the backend of ``actor.training_backend``; every method is collective.
 
-    **How the batch is split across ranks.** Every rank is called with the SAME full batch of ``N`` sequences
-    (the runner passes one batch to the group call) and returns the same global result:
-
-    - :meth:`compute_logprobs`: rank ``r`` scores rows ``[r*S, (r+1)*S)`` with ``S = ceil(N / W)`` (the last
-      share padded), then the shares are all-gathered, so every rank returns the full ``[N, T]`` tensors.
-    - :meth:`run_training`: every epoch draws one permutation of the ``N`` rows from a generator seeded with
-      ``actor.seed`` (identical on all ranks) and cuts it into mini-batches of ``global_batch_size`` rows (the
-      last one may be smaller); rank ``r`` takes the contiguous block ``r`` (``1/W`` of the rows) of each
-      mini-batch and splits it into micro-batches of ``micro_batch_size`` rows; gradients are averaged over
-      ranks by FSDP, so W ranks make the update one rank makes on the same batch. ``N`` must be a multiple of
-      ``W * micro_batch_size``.
-    - :meth:`run_sft`: rank ``r`` takes rows ``[r*N/W, (r+1)*N/W)`` (``N`` a multiple of ``W``), one optimizer
-      step, loss normalised by the number of trained tokens of the whole batch.
-
-    Metrics are averaged over ranks (identical on every rank).
+    Every rank is called with the same arguments and returns the same global result. How a backend splits the
+    batch over ranks: :class:`~rlinf_models.llm.FSDPActorBackend` (every rank a data-parallel replica) and
+    :class:`~rlinf_models.llm.megatron.MegatronActorBackend` (replicas of ``TP × PP`` ranks).
 
     Args:
         cfg: the ``actor:`` config.
         algorithm: the ``algorithm:`` config (loss type, clip ratios, entropy bonus, KL, epochs).
         total_steps: training steps of the run (for ``actor.optim.lr_schedule: linear``).
         comm_timeout: default seconds to wait for the weight-sync broadcast.
+        megatron: the Megatron parallel layout (``megatron`` backend only; default ``actor.megatron``, else
+            TP = PP = 1).
     """
+
+    backend_override: ClassVar[str | None] = None
+    """A backend name used whatever ``actor.training_backend`` says (set by subclasses bound to one backend)."""
 
     def __init__(
         self,
@@ -169,513 +60,85 @@ class LLMActorWorker(Worker):
         *,
         total_steps: int | None = None,
         comm_timeout: float = 600.0,
+        megatron: MegatronConfig | None = None,
     ) -> None:
-        critic = algorithm.loss_type in _CRITIC_LOSSES
-        if critic and not cfg.model.add_value_head:
-            raise ValueError(
-                f"algorithm.loss_type={algorithm.loss_type!r} trains a critic: set actor.model.add_value_head: true"
-            )
-        world = self.world_size
-        if cfg.global_batch_size % (cfg.micro_batch_size * world):
-            raise ValueError(
-                f"actor.global_batch_size ({cfg.global_batch_size}) must be a multiple of "
-                f"actor.micro_batch_size ({cfg.micro_batch_size}) x actor world size ({world})"
-            )
         if cfg.torch_num_threads is not None:
             torch.set_num_threads(cfg.torch_num_threads)
         self.cfg = cfg
-        self.algorithm = algorithm
-        self.total_steps = total_steps
         self.comm_timeout = comm_timeout
-        self.critic = critic
-        self.device = _select_device()
-        self.distributed = world > 1
-        self._mesh = init_distributed(self.device) if self.distributed else None
+        self.backend = self._build_backend(cfg, algorithm, total_steps=total_steps, megatron=megatron)
 
-        torch.manual_seed(cfg.seed)  # the value head starts identical on every rank
-        self.policy = self._build_policy(trainable=True)
-        self.ref_policy: CausalLMPolicy | None = None
-        if algorithm.kl_beta > 0 or algorithm.reinpp_kl_beta > 0:
-            self.ref_policy = self._build_policy(trainable=False)
-
-        optim = cfg.optim
-        value_params = [p for n, p in self.policy.named_parameters() if n.startswith("value_head.")]
-        value_ids = {id(p) for p in value_params}
-        groups = [
-            {
-                "params": [p for p in self.policy.parameters() if id(p) not in value_ids],
-                "lr": optim.lr,
-                "initial_lr": optim.lr,
-            }
-        ]
-        if value_params:
-            value_lr = optim.value_lr or optim.lr
-            groups.append({"params": value_params, "lr": value_lr, "initial_lr": value_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups,
-            betas=(optim.adam_beta1, optim.adam_beta2),
-            eps=optim.adam_eps,
-            weight_decay=optim.weight_decay,
-        )
-        self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.train_steps = 0
-        self.sft_steps = 0
-        self.optimizer_steps = 0
-        self.skipped_steps = 0
-        self.version = 0
-        self._loss_agg = get_loss_agg_func(algorithm.loss_agg_func)
-        self._offloaded = False
-        if cfg.enable_offload:
-            self.offload()
-
-    def _build_policy(self, *, trainable: bool) -> CausalLMPolicy:
-        model = load_causal_lm(self.cfg.model)
-        policy = CausalLMPolicy(
-            model,
-            add_value_head=self.cfg.model.add_value_head and trainable,
-            logprob_chunk_size=self.cfg.logprob_chunk_size,
-        ).to(self.device)
-        if not trainable:
-            policy.requires_grad_(False)
-            policy.eval()
-        if self._mesh is not None:
-            _shard(policy, self._mesh, cpu_offload=self.cfg.enable_offload)
-        return policy
-
-    # ------------------------------------------------------------------------------------------ helpers
-    def _all_reduce_sum(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.distributed:
-            return x
-        out = x.detach().to(self.device).clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out.cpu()
-
-    def _batch(self, batch: Mapping[str, Any], required: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        """Validate and convert the keys this worker reads (all ``[N, T]``) to CPU tensors."""
-        if not isinstance(batch, Mapping):
-            raise TypeError(f"batch must be a mapping of [N, T] arrays, got {type(batch).__name__}")
-        missing = [k for k in required if k not in batch]
-        if missing:
-            raise ValueError(f"batch is missing {missing}; it has {sorted(batch)}")
-        ids = _as_tensor("input_ids", batch["input_ids"])
-        if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < 2:
-            raise ValueError(
-                f"batch['input_ids'] must be [N, T] with N >= 1 and T >= 2, got {tuple(ids.shape)}"
-            )
-        out = {"input_ids": ids.long().cpu()}
-        floats = (
-            "advantages",
-            "old_logprobs",
-            "ref_logprobs",
-            "values",
-            "prev_values",
-            "returns",
-            "rollout_logprobs",
-        )
-        for key in ("attention_mask", "loss_mask", *floats):
-            if key not in batch or batch[key] is None:
-                continue
-            t = _as_tensor(key, batch[key])
-            if tuple(t.shape) != tuple(ids.shape):
-                raise ValueError(
-                    f"batch[{key!r}] must be [N, T] = {list(ids.shape)} like input_ids, got {list(t.shape)}"
-                )
-            out[key] = t.float().cpu() if key in floats else t.long().cpu()
-        if "values" in out and "prev_values" not in out:
-            out["prev_values"] = out.pop("values")
-        return out
-
-    def _score(
+    def _build_backend(
         self,
-        policy: CausalLMPolicy,
-        ids: torch.Tensor,
-        mask: torch.Tensor,
+        cfg: LLMActorConfig,
+        algorithm: AlgorithmConfig,
         *,
-        values: bool,
-        score_mask: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """No-grad log-probs (and values) of ``ids`` in micro-batches on this rank."""
-        mbs = self.cfg.micro_batch_size
-        lps, vals = [], []
-        policy.eval()
-        with torch.no_grad():
-            for s in range(0, ids.shape[0], mbs):
-                cols = _live_columns(mask[s : s + mbs])
-                sel = None if score_mask is None else score_mask[s : s + mbs, cols].to(self.device)
-                out = policy(
-                    ids[s : s + mbs, cols].to(self.device),
-                    mask[s : s + mbs, cols].to(self.device),
-                    temperature=self.cfg.temperature,
-                    compute_values=values,
-                    score_mask=sel,
-                )
-                rows = min(mbs, ids.shape[0] - s)
-                lp = out["logprobs"].new_zeros((rows, ids.shape[1]))
-                lp[:, cols] = out["logprobs"].float()
-                lps.append(lp)
-                if values:
-                    v = lp.new_zeros((rows, ids.shape[1]))
-                    v[:, cols] = out["values"].float()
-                    vals.append(v)
-        if self.distributed:
-            # FSDP2 keeps the root unit unsharded after a forward (it expects the backward next); without one,
-            # reshard explicitly so state-dict calls see sharded parameters again.
-            policy.reshard()  # type: ignore[operator]
-        res = {"logprobs": torch.cat(lps)}
-        if values:
-            res["values"] = torch.cat(vals)
-        return res
-
-    def _gather_rows(self, local: torch.Tensor, n: int) -> torch.Tensor:
-        if not self.distributed:
-            return local[:n].cpu()
-        local = local.to(self.device).contiguous()
-        parts = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(parts, local)
-        return torch.cat(parts)[:n].cpu()
-
-    def _compute(self, b: Mapping[str, torch.Tensor], *, ref: bool, values: bool) -> dict[str, torch.Tensor]:
-        ids, mask = b["input_ids"], b["attention_mask"]
-        n = ids.shape[0]
-        share = math.ceil(n / self.world_size)
-        rows = torch.arange(self.rank * share, (self.rank + 1) * share).clamp_max(
-            n - 1
-        )  # pad: repeat the last row
-        ids_l, mask_l = ids[rows], mask[rows]
-        # Only loss-mask positions are ever used: skip the vocabulary projection elsewhere.
-        sel = b["loss_mask"][rows] if "loss_mask" in b else None
-        out = self._score(self.policy, ids_l, mask_l, values=values, score_mask=sel)
-        result = {"logprobs": self._gather_rows(out["logprobs"], n)}
-        if values:
-            result["values"] = self._gather_rows(out["values"], n)
-        if ref:
-            if self.ref_policy is None:
-                raise RuntimeError("no reference model: set algorithm.kl_beta (or reinpp_kl_beta) > 0")
-            result["ref_logprobs"] = self._gather_rows(
-                self._score(self.ref_policy, ids_l, mask_l, values=False, score_mask=sel)["logprobs"], n
+        total_steps: int | None,
+        megatron: MegatronConfig | None,
+    ) -> LLMActorBackend:
+        """The one factory that picks (and imports) the training backend."""
+        name = self.backend_override or cfg.training_backend
+        if name == "fsdp":
+            return FSDPActorBackend(
+                cfg,
+                algorithm,
+                rank=self.rank,
+                world_size=self.world_size,
+                total_steps=total_steps,
+                log_warning=self.log_warning,
             )
-        return result
+        if name == "megatron":
+            # megatron-core is an extra (``rlinf-models[megatron]``): imported only when this backend is picked.
+            from .megatron._backend import MegatronActorBackend
 
-    # ------------------------------------------------------------------------------------ offload / lr
-    def offload(self) -> None:
-        """Move weights and optimizer state to the CPU (one-rank CUDA runs; FSDP2 ranks use CPUOffloadPolicy).
-
-        A no-op on CPU runs, and for FSDP2 groups (their parameters and optimizer state already live on the CPU
-        between uses when ``actor.enable_offload`` is set).
-        """
-        if self.device.type != "cuda" or self.distributed or self._offloaded:
-            return
-        self._move_state(torch.device("cpu"))
-        self._offloaded = True
-
-    def onload(self) -> None:
-        """Bring weights and optimizer state back after :meth:`offload`."""
-        if not self._offloaded:
-            return
-        self._move_state(self.device)
-        self._offloaded = False
-
-    def _move_state(self, device: torch.device) -> None:
-        self.policy.to(device)
-        if self.ref_policy is not None:
-            self.ref_policy.to(device)
-        for state in self.optimizer.state.values():
-            for k, v in state.items():
-                if isinstance(v, torch.Tensor) and k != "step":
-                    state[k] = v.to(device)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
-
-    def _set_lr(self, *, sft: bool) -> float:
-        optim = self.cfg.optim
-        scale = 1.0 if sft else lr_scale(optim.lr_schedule, self.train_steps, self.total_steps)
-        for i, group in enumerate(self.optimizer.param_groups):
-            base = group["initial_lr"]
-            if sft and i == 0 and self.cfg.sft_lr is not None:
-                base = self.cfg.sft_lr
-            group["lr"] = base * scale
-        return float(self.optimizer.param_groups[0]["lr"])
-
-    def _step(self) -> float:
-        grad_norm = clip_gradients(self.policy.parameters(), self.cfg.optim.clip_grad)
-        if not math.isfinite(grad_norm):
-            # NaN/inf gradients (e.g. from a NaN advantage) must not reach the weights: skip this step on every
-            # rank (the norm is global, so all ranks agree).
-            self.optimizer.zero_grad(set_to_none=True)
-            self.skipped_steps += 1
-            self.log_warning("non-finite gradient norm (%s): optimizer step skipped", grad_norm)
-            return grad_norm
-        self.optimizer.step()
-        self.optimizer_steps += 1
-        return grad_norm
+            layout = megatron or cfg.megatron or MegatronConfig()
+            return MegatronActorBackend(cfg, layout, algorithm, total_steps=total_steps)
+        raise ValueError(f"actor.training_backend must be one of {list(TRAINING_BACKENDS)}, got {name!r}")
 
     # ---------------------------------------------------------------------------------------- the API
     def get_model_version(self) -> int:
         """Number of completed :meth:`run_training` / :meth:`run_sft` calls (0 = initial weights)."""
-        return self.version
+        return self.backend.get_model_version()
 
     @timed(name="actor/compute_logprobs")
     def compute_logprobs(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """Score the batch with the current weights (no gradient); call on every rank with the same batch.
-
-        Args:
-            batch: ``input_ids [N, T]`` and ``attention_mask [N, T]``; with ``loss_mask [N, T]`` only those
-                positions are scored (log-probs elsewhere are 0; values are computed everywhere). Other keys
-                are ignored.
+        """Score the batch with the current weights, no gradient (see the backend's ``compute_logprobs``).
 
         Returns:
-            On every rank, CPU float32 ``[N, T]`` tensors: ``"logprobs"`` (at ``actor.temperature``),
-            ``"ref_logprobs"`` (when a reference model exists: ``algorithm.kl_beta`` or ``reinpp_kl_beta`` > 0)
-            and ``"values"`` (when the policy has a value head). Column 0 is 0.
+            On every rank, CPU float32 ``[N, T]`` tensors: ``"logprobs"``, ``"ref_logprobs"`` (with a reference
+            model) and ``"values"`` (with a value head).
         """
-        b = self._batch(batch, ("input_ids", "attention_mask"))
-        self.onload()
-        try:
-            return self._compute(
-                b, ref=self.ref_policy is not None, values=self.policy.value_head is not None
-            )
-        finally:
-            if self.cfg.enable_offload:
-                self.offload()
-
-    def _micro_loss(
-        self, mb: Mapping[str, torch.Tensor], *, on_policy: bool
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        alg = self.algorithm
-        mask = mb["loss_mask"].bool()
-        out = self.policy(
-            mb["input_ids"],
-            mb["attention_mask"],
-            temperature=self.cfg.temperature,
-            compute_entropy=True,
-            compute_values=self.critic,
-            score_mask=mb["loss_mask"],
-        )
-        logprobs = out["logprobs"]
-        old = logprobs.detach() if on_policy else mb["old_logprobs"]
-        kwargs: dict[str, Any] = {
-            "task_type": "reasoning",
-            "loss_type": alg.loss_type,
-            "loss_agg_func": self._loss_agg,
-            "logprobs": logprobs,
-            "old_logprobs": old,
-            "advantages": mb["advantages"],
-            "loss_mask": mask,
-            "clip_ratio_low": alg.clip_ratio_low,
-            "clip_ratio_high": alg.clip_ratio_high,
-            "critic_warmup": self.optimizer_steps < alg.critic_warmup_steps,
-        }
-        if alg.clip_ratio_c is not None:
-            kwargs["clip_ratio_c"] = alg.clip_ratio_c
-        if self.critic:
-            kwargs.update(
-                values=out["values"],
-                returns=mb["returns"],
-                prev_values=mb["prev_values"],
-                value_clip=alg.value_clip,
-                huber_delta=alg.huber_delta,
-            )
-        loss, raw = policy_loss(**kwargs)
-        # ``__sum__/`` keys are explained-variance statistics: MetricMeans sums them instead of averaging.
-        metrics = {key: float(val) for key, val in raw.items()}
-        entropy = self._loss_agg(out["entropy"], mask, None)
-        metrics["actor/entropy"] = float(entropy.detach())
-        if "rollout_logprobs" in mb and bool(mask.any()):
-            # Trainer-vs-rollout mismatch of the behaviour log-probs (0 up to float error when both agree).
-            metrics["actor/rollout_logprob_diff"] = float(
-                (old.detach() - mb["rollout_logprobs"]).abs()[mask].mean()
-            )
-        if alg.entropy_bonus > 0:
-            loss = loss - alg.entropy_bonus * entropy
-        if alg.kl_beta > 0:
-            # KL(π || π_ref) estimated on the sampled tokens: kl_penalty(logprob, ref_logprob) (Megatron order).
-            kld = kl_penalty(logprobs, mb["ref_logprobs"], alg.kl_penalty)
-            kl_loss = self._loss_agg(kld, mask, None)
-            loss = loss + alg.kl_beta * kl_loss
-            metrics["actor/kl_loss"] = float(kl_loss.detach())
-        metrics["actor/total_loss"] = float(loss.detach())
-        return loss, metrics
-
-    def _fill_missing(self, b: dict[str, torch.Tensor], *, on_policy: bool) -> None:
-        """Compute the ``old_logprobs`` / ``ref_logprobs`` / ``prev_values`` the update needs and lacks."""
-        need_old = "old_logprobs" not in b and not on_policy
-        need_ref = self.algorithm.kl_beta > 0 and "ref_logprobs" not in b
-        need_values = self.critic and "prev_values" not in b
-        if not (need_old or need_ref or need_values):
-            return
-        extra = self._compute(b, ref=need_ref, values=need_values)
-        if need_old:
-            b["old_logprobs"] = extra["logprobs"]
-        if need_ref:
-            b["ref_logprobs"] = extra["ref_logprobs"]
-        if need_values:
-            b["prev_values"] = extra["values"]
+        return self.backend.compute_logprobs(batch)
 
     @timed(name="actor/run_training")
     def run_training(self, batch: Mapping[str, Any]) -> dict[str, float]:
-        """PPO-style update: ``algorithm.update_epoch`` passes of mini-batch steps over the batch.
-
-        Call on every rank with the same batch (see the class docstring for the split). Missing
-        ``old_logprobs`` are recomputed with the current weights first, except when the whole update is a single
-        optimizer step (``update_epoch == 1`` and ``N <= global_batch_size``), where the detached current
-        log-probs are those exact values. Missing ``ref_logprobs`` (KL) and ``prev_values`` (critic) are computed
-        too.
-
-        Returns:
-            Global metrics: ``actor/policy_loss``, ``actor/clip_fraction``, ``actor/approx_kl``, ``actor/ratio``,
-            ``actor/entropy``, ``actor/kl_loss`` (KL on), ``actor/total_loss``, ``actor/grad_norm``, ``actor/lr``,
-            ``actor/rollout_logprob_diff`` (with ``rollout_logprobs``), ``critic/value_loss`` and
-            ``critic/explained_variance`` (critic losses), ``actor/num_optimizer_steps``,
-            ``actor/skipped_steps`` (total optimizer steps skipped for a non-finite gradient norm).
-        """
-        alg = self.algorithm
-        required = ("input_ids", "attention_mask", "loss_mask", "advantages")
-        if self.critic:
-            required = (*required, "returns")
-        b = self._batch(batch, required)
-        n, world, mbs, gbs = (
-            b["input_ids"].shape[0],
-            self.world_size,
-            self.cfg.micro_batch_size,
-            self.cfg.global_batch_size,
-        )
-        if n % (world * mbs):
-            raise ValueError(
-                f"run_training: the batch has {n} sequences, not a multiple of actor.micro_batch_size ({mbs}) x "
-                f"actor world size ({world})"
-            )
-        self.onload()
-        on_policy = "old_logprobs" not in b and alg.update_epoch == 1 and n <= gbs
-        self._fill_missing(b, on_policy=on_policy)
-        lr = self._set_lr(sft=False)
-        metrics = MetricMeans()
-        self.policy.train()
-
-        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            cols = _live_columns(b["attention_mask"][sel])
-            return self._micro_loss(
-                {key: val[sel][:, cols].to(self.device) for key, val in b.items()}, on_policy=on_policy
-            )
-
-        def step(rows: torch.Tensor) -> None:
-            accumulate_gradients(micro_batches(rows, mbs), loss_fn, self.optimizer, metrics)
-            metrics.add({"actor/grad_norm": self._step()})
-
-        steps = run_update(
-            epochs=alg.update_epoch,
-            minibatches=lambda: shuffled_minibatches(
-                n, global_batch_size=gbs, rank=self.rank, world_size=world, generator=self.generator
-            ),
-            step=step,
-        )
-        self.train_steps += 1
-        self.version += 1
-        out = mean_over_ranks(metrics.means(), world, self._all_reduce_sum)
-        if metrics.totals:
-            keys = sorted(metrics.totals)
-            summed = self._all_reduce_sum(
-                torch.tensor([metrics.totals[k] for k in keys], dtype=torch.float64)
-            )
-            out["critic/explained_variance"] = float(
-                compute_critic_explained_variance_from_stats(dict(zip(keys, summed.tolist(), strict=True)))
-            )
-        out["actor/lr"] = lr
-        out["actor/num_optimizer_steps"] = float(steps)
-        out["actor/skipped_steps"] = float(self.skipped_steps)
-        if self.cfg.enable_offload:
-            self.offload()
-        return out
+        """PPO-style update over the batch (see the backend's ``run_training``); global ``actor/*`` metrics."""
+        return self.backend.run_training(batch)
 
     @timed(name="actor/run_sft")
     def run_sft(self, batch: Mapping[str, Any]) -> dict[str, float]:
-        """One supervised optimizer step: token-mean cross-entropy on the ``loss_mask`` tokens of the batch.
-
-        Call on every rank with the same batch; rank ``r`` takes rows ``[r*N/W, (r+1)*N/W)`` in micro-batches.
-        The learning rate is ``actor.sft_lr`` (default ``actor.optim.lr``), without the RL schedule.
-
-        Args:
-            batch: ``input_ids``, ``attention_mask``, ``loss_mask`` (all ``[N, T]``); ``loss_mask[:, 0]`` is
-                ignored (the first token has no context).
-
-        Returns:
-            ``sft/loss`` (mean negative log-likelihood per trained token over the batch), ``sft/grad_norm``,
-            ``sft/lr``, ``sft/num_tokens``.
-        """
-        b = self._batch(batch, ("input_ids", "attention_mask", "loss_mask"))
-        n, world, mbs = b["input_ids"].shape[0], self.world_size, self.cfg.micro_batch_size
-        if n % world:
-            raise ValueError(
-                f"run_sft: the batch has {n} sequences, not a multiple of the actor world size ({world})"
-            )
-        mask_all = b["loss_mask"].clone()
-        mask_all[:, 0] = 0
-        total = float(mask_all.sum())
-        if total == 0:
-            raise ValueError("run_sft: loss_mask selects no token (after column 0)")
-        self.onload()
-        lr = self._set_lr(sft=True)
-        share = n // world
-        rows = slice(self.rank * share, (self.rank + 1) * share)
-        ids, attn, lmask = b["input_ids"][rows], b["attention_mask"][rows], mask_all[rows]
-        self.policy.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        nll_sum = torch.zeros((), dtype=torch.float64)
-        for s in range(0, share, mbs):
-            cols = _live_columns(attn[s : s + mbs])
-            m = lmask[s : s + mbs, cols].to(self.device).float()
-            out = self.policy(
-                ids[s : s + mbs, cols].to(self.device),
-                attn[s : s + mbs, cols].to(self.device),
-                compute_values=False,
-                score_mask=m,
-            )
-            nll = -(out["logprobs"] * m).sum()
-            # FSDP averages gradients over ranks: scale by W so the result is the global token mean.
-            (nll * (world / total)).backward()
-            nll_sum += float(nll.detach())
-        grad_norm = self._step()
-        self.sft_steps += 1
-        self.version += 1
-        loss = float(self._all_reduce_sum(nll_sum.reshape(1))[0]) / total
-        if self.cfg.enable_offload:
-            self.offload()
-        return {"sft/loss": loss, "sft/grad_norm": grad_norm, "sft/lr": lr, "sft/num_tokens": total}
+        """One supervised optimizer step (see the backend's ``run_sft``); ``sft/*`` metrics."""
+        return self.backend.run_sft(batch)
 
     def update_reference_model(self) -> None:
         """Copy the current policy weights into the frozen reference model (e.g. after an SFT warm-up)."""
-        if self.ref_policy is None:
-            raise RuntimeError("no reference model: set algorithm.kl_beta (or reinpp_kl_beta) > 0")
-        state = full_model_state_dict(self.policy)
-        if self.distributed:
-            holder = [state]
-            dist.broadcast_object_list(holder, src=0)
-            state = holder[0]
-        ref_state = {k: v for k, v in state.items() if not k.startswith("value_head.")}
-        load_full_model_state_dict(self.ref_policy, ref_state)
-
-    # ---------------------------------------------------------------------------------- weight sync
-    def _hf_state(self) -> dict[str, torch.Tensor]:
-        """Full HF-keyed CPU state dict on rank 0 (``{}`` elsewhere); collective."""
-        state = full_model_state_dict(self.policy)
-        return _hf_keys(state, self.policy) if self.rank == 0 else {}
+        self.backend.update_reference_model()
 
     @timed(name="actor/sync_model_to_rollout")
     def sync_model_to_rollout(
         self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
     ) -> int:
-        """Send ``{"version": int, "state_dict": full CPU state dict (HF keys)}`` to every rollout rank.
+        """Send the full HF-keyed CPU state dict (no value head) to every rollout rank.
 
-        Same protocol as the embodied actor: all actor ranks call it (the full state dict is gathered
-        collectively); actor rank 0 sends one scheduler ``broadcast`` with groups
+        The protocol of :func:`rlinf_core.protocols.send_weights`: all actor ranks call it (the state dict is
+        gathered collectively); actor rank 0 broadcasts ``{"version", "state_dict"}`` to
         ``[(actor, 0), (rollout, all ranks)]``; each rollout rank calls ``sync_model_from_actor(actor_group)``.
-        Keys are those of the HF model (``model.layers.0...``, ``lm_head.weight``); no value head.
 
         Returns:
             The version sent (:meth:`get_model_version`).
         """
-        self.onload()
-        state = self._hf_state()
-        version = self.get_model_version()
+        state = self.backend.export_hf_state_dict()
+        version = self.backend.get_model_version()
         send_weights(
             self,
             rollout_group_name,
@@ -684,116 +147,24 @@ class LLMActorWorker(Worker):
             rollout_world_size=rollout_world_size,
             timeout=self.comm_timeout if timeout is None else timeout,
         )
-        if self.cfg.enable_offload:
-            self.offload()
         return version
 
-    # ------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: str) -> None:
-        """Write model, optimizer, counters, shuffle generator and RNG states under ``<path>/actor/``.
-
-        Call on every rank (collective). Rank 0 writes the full (unsharded) state, loadable at any actor world
-        size; every rank writes its RNG state. Each file is written atomically; make ``path`` a
-        ``CheckpointManager`` staging directory for an atomic checkpoint as a whole.
-        """
-        self.onload()
-        root = Path(path) / CHECKPOINT_SUBDIR
-        model = full_model_state_dict(self.policy)
-        optim = full_optimizer_state_dict(self.policy, self.optimizer)
-        ref = full_model_state_dict(self.ref_policy) if self.ref_policy is not None else None
-        if self.rank == 0:
-            trainer = {
-                "optimizer_steps": self.optimizer_steps,
-                "train_steps": self.train_steps,
-                "sft_steps": self.sft_steps,
-                "version": self.version,
-                "generator": self.generator.get_state(),
-                "world_size": self.world_size,
-            }
-            files: list[tuple[str, Any]] = [
-                ("model.pt", model),
-                ("optimizer.pt", optim),
-                ("trainer.pt", trainer),
-            ]
-            if ref is not None:
-                files.append(("ref_model.pt", ref))
-            for name, obj in files:
-                buf = io.BytesIO()
-                torch.save(obj, buf)
-                atomic_write_bytes(root / name, buf.getvalue())
-        atomic_write_bytes(root / f"rng_rank{self.rank}.pkl", capture_rng_state())
-        if self.distributed:
-            dist.barrier()
-        if self.cfg.enable_offload:
-            self.offload()
+        """Write what a bit-exact resume needs under ``<path>/actor/``; call it on every rank."""
+        self.backend.save_checkpoint(path)
 
     def load_checkpoint(self, path: str) -> None:
         """Restore what :meth:`save_checkpoint` wrote (from ``<path>/actor/``); call it on every rank."""
-        root = Path(path) / CHECKPOINT_SUBDIR
-        if not (root / "trainer.pt").is_file():
-            raise FileNotFoundError(f"load_checkpoint: {root} holds no actor checkpoint (no trainer.pt)")
-        self.onload()
-        model = torch.load(root / "model.pt", map_location="cpu", weights_only=True)
-        optim = torch.load(root / "optimizer.pt", map_location="cpu", weights_only=True)
-        trainer = torch.load(root / "trainer.pt", map_location="cpu", weights_only=True)
-        load_full_model_state_dict(self.policy, model)
-        load_full_optimizer_state_dict(self.policy, self.optimizer, optim)
-        if self.ref_policy is not None and (root / "ref_model.pt").is_file():
-            load_full_model_state_dict(
-                self.ref_policy, torch.load(root / "ref_model.pt", map_location="cpu", weights_only=True)
-            )
-        self.optimizer_steps = int(trainer["optimizer_steps"])
-        self.train_steps = int(trainer["train_steps"])
-        self.sft_steps = int(trainer["sft_steps"])
-        self.version = int(trainer["version"])
-        self.generator.set_state(trainer["generator"])
-        rng = root / f"rng_rank{self.rank}.pkl"
-        if rng.is_file():
-            restore_rng_state(rng.read_bytes())
-        else:
-            self.log_warning(
-                "no RNG state for rank %d in %s (saved with a different world size)", self.rank, root
-            )
-        if self.cfg.enable_offload:
-            self.offload()
+        self.backend.load_checkpoint(path)
 
     def save_hf(self, path: str) -> str:
-        """Write the policy as a Hugging Face checkpoint directory (weights, config, tokenizer, generation config).
+        """Write the policy as a Hugging Face checkpoint directory (collective); returns ``path``."""
+        return self.backend.save_hf(path)
 
-        Call on every rank (collective); rank 0 writes into a staging directory renamed into place, replacing
-        an existing ``path``. A value head goes to ``value_head.pt`` next to the HF files. The directory loads
-        with ``AutoModelForCausalLM.from_pretrained`` (and as ``model_path`` of any RLinf LLM config).
+    def offload(self) -> None:
+        """Free accelerator memory between phases (collocated runs)."""
+        self.backend.offload()
 
-        Returns:
-            ``path``.
-        """
-        self.onload()
-        full = full_model_state_dict(self.policy)
-        if self.rank == 0:
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
-            try:
-                model = self.policy.model
-                model.save_pretrained(staging, state_dict=_hf_keys(full, self.policy))
-                load_tokenizer(self.cfg.model).save_pretrained(staging)
-                head = {
-                    k.removeprefix("value_head."): v for k, v in full.items() if k.startswith("value_head.")
-                }
-                if head:
-                    torch.save(head, staging / "value_head.pt")
-                old = None
-                if target.exists():
-                    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                    os.rename(target, old)
-                os.rename(staging, target)
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
-        if self.distributed:
-            dist.barrier()
-        if self.cfg.enable_offload:
-            self.offload()
-        return path
+    def onload(self) -> None:
+        """Bring weights and optimizer state back after :meth:`offload`."""
+        self.backend.onload()

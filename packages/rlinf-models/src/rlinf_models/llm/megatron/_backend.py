@@ -58,6 +58,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from ...actor import MetricMeans, lr_scale, run_update, shuffled_minibatches
+from .._batch import check_batch
 from .._config import LLMActorConfig
 from .._hf import resolve_model_path
 from ._config import MegatronConfig
@@ -148,39 +149,12 @@ def _load_hf_weights(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _as_tensor(name: str, value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    try:
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise TypeError(f"batch[{name!r}] must be a tensor or an array, got {type(value).__name__}") from e
-
-
 _FLOAT_KEYS = ("advantages", "old_logprobs", "ref_logprobs", "rollout_logprobs")
 
 
 def _check_batch(batch: Mapping[str, Any], required: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """Validate the ``[N, T]`` keys this backend reads and convert them to CPU tensors."""
-    if not isinstance(batch, Mapping):
-        raise TypeError(f"batch must be a mapping of [N, T] arrays, got {type(batch).__name__}")
-    missing = [k for k in required if k not in batch]
-    if missing:
-        raise ValueError(f"batch is missing {missing}; it has {sorted(batch)}")
-    ids = _as_tensor("input_ids", batch["input_ids"])
-    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < 2:
-        raise ValueError(f"batch['input_ids'] must be [N, T] with N >= 1 and T >= 2, got {tuple(ids.shape)}")
-    out = {"input_ids": ids.long().cpu()}
-    for key in ("attention_mask", "loss_mask", *_FLOAT_KEYS):
-        if batch.get(key) is None:
-            continue
-        t = _as_tensor(key, batch[key])
-        if tuple(t.shape) != tuple(ids.shape):
-            raise ValueError(
-                f"batch[{key!r}] must be [N, T] = {list(ids.shape)} like input_ids, got {list(t.shape)}"
-            )
-        out[key] = t.float().cpu() if key in _FLOAT_KEYS else t.long().cpu()
-    return out
+    return check_batch(batch, required, float_keys=_FLOAT_KEYS)
 
 
 class MegatronActorBackend:

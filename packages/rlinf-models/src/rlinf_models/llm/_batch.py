@@ -1,0 +1,55 @@
+"""The LLM actor's batch contract, checked once for every backend: ``[N, T]`` arrays to CPU tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["as_tensor", "check_batch"]
+
+
+def as_tensor(name: str, value: Any) -> torch.Tensor:
+    """``value`` as a tensor (numpy arrays and nested lists converted), else a ``TypeError`` naming ``batch[name]``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"batch[{name!r}] must be a tensor or an array, got {type(value).__name__}") from e
+
+
+def check_batch(
+    batch: Mapping[str, Any], required: tuple[str, ...], *, float_keys: tuple[str, ...]
+) -> dict[str, torch.Tensor]:
+    """Validate and convert the keys a backend reads (all ``[N, T]`` like ``input_ids``) to CPU tensors.
+
+    Args:
+        batch: the caller's batch (extra keys are ignored, ``None`` values count as absent).
+        required: keys that must be present.
+        float_keys: optional float keys read besides ``attention_mask`` and ``loss_mask`` (int64).
+
+    Returns:
+        ``input_ids`` (int64), ``attention_mask`` / ``loss_mask`` (int64) and the ``float_keys`` (float32)
+        present in ``batch``.
+    """
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"batch must be a mapping of [N, T] arrays, got {type(batch).__name__}")
+    missing = [k for k in required if k not in batch]
+    if missing:
+        raise ValueError(f"batch is missing {missing}; it has {sorted(batch)}")
+    ids = as_tensor("input_ids", batch["input_ids"])
+    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] < 2:
+        raise ValueError(f"batch['input_ids'] must be [N, T] with N >= 1 and T >= 2, got {tuple(ids.shape)}")
+    out = {"input_ids": ids.long().cpu()}
+    for key in ("attention_mask", "loss_mask", *float_keys):
+        if batch.get(key) is None:
+            continue
+        t = as_tensor(key, batch[key])
+        if tuple(t.shape) != tuple(ids.shape):
+            raise ValueError(
+                f"batch[{key!r}] must be [N, T] = {list(ids.shape)} like input_ids, got {list(t.shape)}"
+            )
+        out[key] = t.float().cpu() if key in float_keys else t.long().cpu()
+    return out
