@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
@@ -12,7 +12,7 @@ from .policies import PolicyConfig
 __all__ = ["EmbodiedActorConfig", "OptimConfig"]
 
 
-def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
+def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"'{attr.name}' must be > 0 or null: {value}")
 

@@ -6,7 +6,8 @@ module stays a plain ``nn.Module`` and the same full-state-dict functions work o
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -72,7 +73,8 @@ def full_model_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
 
     For a plain module (one rank) this is simply a CPU copy of its state dict.
     """
-    return get_model_state_dict(module, options=_FULL)
+    # Full state dicts of modules hold plain tensors only (ValueType also covers optimizer-state leaves).
+    return cast(dict[str, torch.Tensor], get_model_state_dict(module, options=_FULL))
 
 
 def full_optimizer_state_dict(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -80,9 +82,10 @@ def full_optimizer_state_dict(module: nn.Module, optimizer: torch.optim.Optimize
     return get_optimizer_state_dict(module, optimizer, options=_FULL)
 
 
-def load_full_model_state_dict(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+def load_full_model_state_dict(module: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
     """Load a full state dict (every rank passes the same one; each keeps its shard)."""
-    set_model_state_dict(module, state, options=StateDictOptions(full_state_dict=True))
+    full: dict[str, Any] = dict(state)
+    set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True))
 
 
 def load_full_optimizer_state_dict(

@@ -28,6 +28,7 @@ from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, send_weights
 from rlinf_scheduler import Channel, Empty, Worker, timed
+from torch import nn
 
 from .._config import EmbodiedActorConfig
 from .._fsdp import (
@@ -127,7 +128,7 @@ class EmbodiedActorWorker(Worker):
         self.device = _select_device()
         self.distributed = self.world_size > 1
         torch.manual_seed(actor.seed)  # identical initial weights on every rank
-        policy = build_policy(spec, actor.model).to(self.device)
+        policy: nn.Module = build_policy(spec, actor.model).to(self.device)
         if self.distributed:
             mesh = init_distributed(self.device)
             policy = shard_module(policy, mesh, cpu_offload=actor.enable_offload)

@@ -162,6 +162,8 @@ class EmbodiedPPOTrainer:
             # Normalised below with statistics over all ranks, not this rank's share.
             kwargs["normalize_advantages"] = False
         result = calculate_adv_and_returns(**kwargs)
+        if not isinstance(result, dict):  # the embodied layout always answers a dict
+            raise TypeError(f"calculate_adv_and_returns returned {type(result).__name__}, expected a dict")
         advantages = result["advantages"]
         if alg.adv_type == "gae" and alg.normalize_advantages:
             advantages = self._standardize(advantages, batch.get("loss_mask"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
@@ -26,7 +26,7 @@ def _known_backend(_inst: object, attr: attrs.Attribute[str], value: str) -> Non
         )
 
 
-def _non_empty(_inst: object, attr: attrs.Attribute[str | None], value: str | None) -> None:
+def _non_empty(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and not str(value).strip():
         raise ValueError(f"'{attr.name}' must be a non-empty path (or {SMOLLM2_ALIAS!r}), got {value!r}")
 

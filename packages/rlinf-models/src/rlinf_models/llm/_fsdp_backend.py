@@ -504,7 +504,7 @@ class FSDPActorBackend:
             ``actor/skipped_steps`` (total optimizer steps skipped for a non-finite gradient norm).
         """
         alg = self.algorithm
-        required = ("input_ids", "attention_mask", "loss_mask", "advantages")
+        required: tuple[str, ...] = ("input_ids", "attention_mask", "loss_mask", "advantages")
         if self.critic:
             required = (*required, "returns")
         b = self._batch(batch, required)

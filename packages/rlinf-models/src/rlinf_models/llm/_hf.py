@@ -179,5 +179,8 @@ def load_causal_lm(
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if device is not None:
-        model = model.to(device)
-    return model.eval()
+        # In place (Module.to returns the module itself). transformers types its wrapped ``to`` as an unbound
+        # function, so mypy asks for the model as the first argument.
+        model.to(device)  # type: ignore[arg-type]
+    model.eval()
+    return model

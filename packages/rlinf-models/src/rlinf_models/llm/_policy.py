@@ -13,11 +13,14 @@ and column 0 (no context) is 0. Positions come from the attention mask (``cumsum
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["CausalLMPolicy", "position_ids_from_mask", "token_logprobs_and_entropy"]
 
@@ -109,10 +112,10 @@ class CausalLMPolicy(nn.Module):
     """
 
     def __init__(
-        self, model: nn.Module, *, add_value_head: bool = False, logprob_chunk_size: int = 1024
+        self, model: PreTrainedModel, *, add_value_head: bool = False, logprob_chunk_size: int = 1024
     ) -> None:
         super().__init__()
-        self.model = model
+        self.model: PreTrainedModel = model
         self.logprob_chunk_size = int(logprob_chunk_size)
         hidden_size = int(model.config.hidden_size)
         self.value_head: nn.Linear | None = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 try:
     import torch
@@ -180,7 +180,7 @@ def make_tiny_model_dir(
     tokenizer.save_pretrained(out)
     eos_id = raw.token_to_id(eos)
 
-    common = {
+    common: dict[str, Any] = {
         "vocab_size": raw.get_vocab_size(),
         "hidden_size": hidden_size,
         "intermediate_size": 2 * hidden_size,

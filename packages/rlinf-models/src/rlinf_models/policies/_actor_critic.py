@@ -90,7 +90,8 @@ class _NatureCNN(nn.Module):
             self.out_dim = int(self.net(torch.zeros(1, channels, obs_shape[0], obs_shape[1])).shape[1])
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.permute(0, 3, 1, 2).float() / 255.0)
+        out: torch.Tensor = self.net(obs.permute(0, 3, 1, 2).float() / 255.0)
+        return out
 
 
 class ActorCritic(nn.Module):
@@ -108,8 +109,9 @@ class ActorCritic(nn.Module):
         act = _ACTIVATIONS[config.activation]
         chunks = config.num_action_chunks
         if config.model_type == "cnn":
-            self.encoder: nn.Module = _NatureCNN(spec.obs_shape)
-            feat = self.encoder.out_dim  # type: ignore[assignment]
+            cnn = _NatureCNN(spec.obs_shape)
+            self.encoder: nn.Module = cnn
+            feat = cnn.out_dim
         else:
             if len(spec.obs_shape) != 1:
                 raise ValueError(
@@ -133,7 +135,8 @@ class ActorCritic(nn.Module):
             self.value_head = None
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.encoder(obs if self.config.model_type == "cnn" else obs.float())
+        out: torch.Tensor = self.encoder(obs if self.config.model_type == "cnn" else obs.float())
+        return out
 
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
         """The action distribution; batch shape ``[N, C]`` (discrete) or ``[N, C, D]`` (continuous)."""
@@ -149,7 +152,8 @@ class ActorCritic(nn.Module):
         """State values ``[N, 1]`` (zeros without a value head)."""
         if self.value_head is None:
             return torch.zeros(obs.shape[0], 1, device=obs.device)
-        return self.value_head(self.critic_body(self._features(obs)))
+        values: torch.Tensor = self.value_head(self.critic_body(self._features(obs)))
+        return values
 
     def _per_dim(self, t: torch.Tensor) -> torch.Tensor:
         return t.unsqueeze(-1) if self.log_std is None else t
@@ -161,15 +165,18 @@ class ActorCritic(nn.Module):
         if deterministic:
             actions = dist.probs.argmax(-1) if isinstance(dist, Categorical) else dist.mean
         else:
-            actions = dist.sample()
-        return PolicyOutput(actions, self._per_dim(dist.log_prob(actions)), self.value(obs))
+            actions = dist.sample()  # type: ignore[no-untyped-call]  # torch.distributions is unannotated
+        logprobs = dist.log_prob(actions)  # type: ignore[no-untyped-call]  # idem
+        return PolicyOutput(actions, self._per_dim(logprobs), self.value(obs))
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probs ``[N, C, D]``, entropy ``[N, C, D]`` and values ``[N, 1]`` of ``actions`` under the current policy."""
         dist = self.distribution(obs)
-        return self._per_dim(dist.log_prob(actions)), self._per_dim(dist.entropy()), self.value(obs)
+        logprobs = dist.log_prob(actions)  # type: ignore[no-untyped-call]  # torch.distributions is unannotated
+        entropy = dist.entropy()  # type: ignore[no-untyped-call]  # idem
+        return self._per_dim(logprobs), self._per_dim(entropy), self.value(obs)
 
     def forward(
         self, obs: torch.Tensor, actions: torch.Tensor

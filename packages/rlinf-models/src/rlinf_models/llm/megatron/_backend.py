@@ -24,7 +24,7 @@ import os
 import shutil
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -311,8 +311,8 @@ class MegatronActorBackend:
             module.eval()
         return module
 
-    def _gpt(self, module: torch.nn.Module) -> torch.nn.Module:
-        """The bare ``GPTModel`` inside the DDP / ``Float16Module`` wrappers."""
+    def _gpt(self, module: Any) -> Any:
+        """The bare ``GPTModel`` inside the DDP / ``Float16Module`` wrappers (megatron-core types: ``Any``)."""
         while not isinstance(module, GPTModel):
             module = module.module
         return module
@@ -354,7 +354,7 @@ class MegatronActorBackend:
 
     def _forward_step(
         self, data_iterator: Iterator[dict[str, torch.Tensor]], model: torch.nn.Module, *, loss: Any
-    ):
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
         mb = next(data_iterator)
         ids = mb["aligned_ids"]
         t = ids.shape[1]
@@ -382,7 +382,9 @@ class MegatronActorBackend:
             )
         )
 
-    def _collect_logprobs(self, mb: Mapping[str, torch.Tensor], logits: torch.Tensor):
+    def _collect_logprobs(
+        self, mb: Mapping[str, torch.Tensor], logits: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         lp, _ = self._token_stats(logits, mb, entropy=False)
         return logits.new_zeros(()), {"logprobs": lp.detach().float()}
 
@@ -439,7 +441,9 @@ class MegatronActorBackend:
             if self.cfg.enable_offload:
                 self.offload()
 
-    def _ppo_loss(self, on_policy: bool, mb: Mapping[str, torch.Tensor], logits: torch.Tensor):
+    def _ppo_loss(
+        self, on_policy: bool, mb: Mapping[str, torch.Tensor], logits: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         alg = self.algorithm
         mask = mb["loss_mask"].bool()
         logprobs, entropy = self._token_stats(logits, mb, entropy=True)
@@ -471,7 +475,9 @@ class MegatronActorBackend:
         metrics["actor/total_loss"] = loss.detach().clone()
         return loss, metrics
 
-    def _sft_loss(self, scale: float, mb: Mapping[str, torch.Tensor], logits: torch.Tensor):
+    def _sft_loss(
+        self, scale: float, mb: Mapping[str, torch.Tensor], logits: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logprobs, _ = self._token_stats(logits, mb, entropy=False)
         nll = -(logprobs * mb["loss_mask"].float()).sum()
         # the schedule divides by the number of micro-batches; `scale` turns the sum into the global token mean
