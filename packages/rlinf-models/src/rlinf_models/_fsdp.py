@@ -1,4 +1,4 @@
-"""FSDP2 (``torch.distributed.fsdp.fully_shard``) helpers: process group, sharding, full state dicts.
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) helpers: process group, sharding, full state dicts, offload, files.
 
 CPU runs use gloo, CUDA runs NCCL (with gloo kept for CPU-side collectives). One rank needs none of this: the
 module stays a plain ``nn.Module`` and the same full-state-dict functions work on it without a process group.
@@ -6,11 +6,15 @@ module stays a plain ``nn.Module`` and the same full-state-dict functions work o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -28,6 +32,11 @@ __all__ = [
     "init_distributed",
     "load_full_model_state_dict",
     "load_full_optimizer_state_dict",
+    "load_rank_rng",
+    "move_training_state",
+    "save_checkpoint_files",
+    "save_rank_rng",
+    "select_device",
     "shard_module",
 ]
 
@@ -93,3 +102,49 @@ def load_full_optimizer_state_dict(
 ) -> None:
     """Load a full optimizer state dict saved by :func:`full_optimizer_state_dict` (any world size)."""
     set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def select_device() -> torch.device:
+    """CUDA when the placement gave this process real GPUs (``RLINF_ACCELERATOR_TYPE=cuda``), else CPU."""
+    if os.environ.get("RLINF_ACCELERATOR_TYPE", "cpu") == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def move_training_state(
+    modules: Iterable[nn.Module], optimizer: torch.optim.Optimizer, device: torch.device
+) -> None:
+    """Move modules and the optimizer's tensor state (not its ``step`` counters) to ``device`` (offload/onload).
+
+    Moving to the CPU empties the CUDA cache, so the freed memory is available to collocated workers.
+    """
+    for module in modules:
+        module.to(device)
+    for state in optimizer.state.values():
+        for k, v in state.items():
+            if isinstance(v, torch.Tensor) and k != "step":
+                state[k] = v.to(device)
+    if device.type == "cpu":
+        torch.cuda.empty_cache()
+
+
+def save_checkpoint_files(root: Path, files: Iterable[tuple[str, Any]]) -> None:
+    """``torch.save`` each ``(name, obj)`` to ``root / name``, each file atomically."""
+    for name, obj in files:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        atomic_write_bytes(root / name, buf.getvalue())
+
+
+def save_rank_rng(root: Path, rank: int) -> None:
+    """Write this process's RNG states to ``root / rng_rank<rank>.pkl`` (atomically)."""
+    atomic_write_bytes(root / f"rng_rank{rank}.pkl", capture_rng_state())
+
+
+def load_rank_rng(root: Path, rank: int) -> bool:
+    """Restore what :func:`save_rank_rng` wrote; ``False`` when ``root`` has no file for ``rank``."""
+    rng = root / f"rng_rank{rank}.pkl"
+    if not rng.is_file():
+        return False
+    restore_rng_state(rng.read_bytes())
+    return True

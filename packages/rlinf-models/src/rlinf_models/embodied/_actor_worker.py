@@ -15,8 +15,6 @@ actor.save_checkpoint(staging_dir)  # writes <staging_dir>/actor/
 from __future__ import annotations
 
 import hashlib
-import io
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +22,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, send_weights
 from rlinf_scheduler import Channel, Empty, Worker, timed
@@ -37,6 +34,11 @@ from .._fsdp import (
     init_distributed,
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
+    load_rank_rng,
+    move_training_state,
+    save_checkpoint_files,
+    save_rank_rng,
+    select_device,
     shard_module,
 )
 from ..policies import build_policy
@@ -50,13 +52,6 @@ CHECKPOINT_SUBDIR = "actor"
 _ENV_OFFSET = "env_offset"
 _EPOCH = "rollout_epoch"
 _ADV_WITHOUT_GROUPS = ("gae",)
-
-
-def _select_device() -> torch.device:
-    """CUDA when the placement gave this process real GPUs (``CUDA_VISIBLE_DEVICES``), else CPU."""
-    if os.environ.get("RLINF_ACCELERATOR_TYPE", "cpu") == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
 
 
 def _order_key(message: Mapping[str, Any]) -> tuple[int, int, str]:
@@ -125,7 +120,7 @@ class EmbodiedActorWorker(Worker):
         self.algorithm = algorithm
         self.spec = spec
         self.comm_timeout = comm_timeout
-        self.device = _select_device()
+        self.device = select_device()
         self.distributed = self.world_size > 1
         torch.manual_seed(actor.seed)  # identical initial weights on every rank
         policy: nn.Module = build_policy(spec, actor.model).to(self.device)
@@ -157,23 +152,14 @@ class EmbodiedActorWorker(Worker):
         """One-rank CUDA runs: move weights and optimizer state to CPU between phases (FSDP2 uses CPUOffloadPolicy)."""
         if self.device.type != "cuda" or self.distributed or self._offloaded:
             return
-        self._move_state(torch.device("cpu"))
+        move_training_state([self.policy], self.trainer.optimizer, torch.device("cpu"))
         self._offloaded = True
 
     def _reload(self) -> None:
         if not self._offloaded:
             return
-        self._move_state(self.device)
+        move_training_state([self.policy], self.trainer.optimizer, self.device)
         self._offloaded = False
-
-    def _move_state(self, device: torch.device) -> None:
-        self.policy.to(device)
-        for state in self.trainer.optimizer.state.values():
-            for k, v in state.items():
-                if isinstance(v, torch.Tensor) and k != "step":
-                    state[k] = v.to(device)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
 
     # ---------------------------------------------------------------------------------------- the loop
     def get_model_version(self) -> int:
@@ -332,11 +318,10 @@ class EmbodiedActorWorker(Worker):
                 "generator": self.trainer.generator.get_state(),
                 "world_size": self.world_size,
             }
-            for name, obj in (("model.pt", model), ("optimizer.pt", optim), ("trainer.pt", trainer)):
-                buf = io.BytesIO()
-                torch.save(obj, buf)
-                atomic_write_bytes(root / name, buf.getvalue())
-        atomic_write_bytes(root / f"rng_rank{self.rank}.pkl", capture_rng_state())
+            save_checkpoint_files(
+                root, (("model.pt", model), ("optimizer.pt", optim), ("trainer.pt", trainer))
+            )
+        save_rank_rng(root, self.rank)
         if self.distributed:
             dist.barrier()  # every file exists when any rank returns
         self._offload()
@@ -358,10 +343,7 @@ class EmbodiedActorWorker(Worker):
         self.trainer.optimizer_steps = int(trainer["optimizer_steps"])
         self.trainer.train_steps = int(trainer["train_steps"])
         self.trainer.generator.set_state(trainer["generator"])
-        rng = root / f"rng_rank{self.rank}.pkl"
-        if rng.is_file():
-            restore_rng_state(rng.read_bytes())
-        else:
+        if not load_rank_rng(root, self.rank):
             self.log_warning(
                 "no RNG state for rank %d in %s (saved with a different world size)", self.rank, root
             )

@@ -16,7 +16,6 @@ before; see :class:`~rlinf_models.llm.CausalLMPolicy`).
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -34,8 +33,8 @@ from rlinf_algos import (
     kl_penalty,
     policy_loss,
 )
-from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
+from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 from .._fsdp import (
@@ -44,6 +43,11 @@ from .._fsdp import (
     init_distributed,
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
+    load_rank_rng,
+    move_training_state,
+    save_checkpoint_files,
+    save_rank_rng,
+    select_device,
 )
 from ..actor import (
     MetricMeans,
@@ -68,13 +72,6 @@ CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
 
 _CRITIC_LOSSES = ("actor_critic", "decoupled_actor_critic")
-
-
-def _select_device() -> torch.device:
-    """CUDA when the placement gave this process real GPUs (``RLINF_ACCELERATOR_TYPE=cuda``), else CPU."""
-    if os.environ.get("RLINF_ACCELERATOR_TYPE", "cpu") == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
 
 
 def _shard(policy: CausalLMPolicy, mesh: Any, *, cpu_offload: bool) -> None:
@@ -193,7 +190,7 @@ class FSDPActorBackend:
         self.total_steps = total_steps
         self.log_warning = log_warning
         self.critic = critic
-        self.device = _select_device()
+        self.device = select_device()
         self.distributed = world > 1
         self._mesh = init_distributed(self.device) if self.distributed else None
 
@@ -342,26 +339,18 @@ class FSDPActorBackend:
         """
         if self.device.type != "cuda" or self.distributed or self._offloaded:
             return
-        self._move_state(torch.device("cpu"))
+        move_training_state(self._modules(), self.optimizer, torch.device("cpu"))
         self._offloaded = True
 
     def onload(self) -> None:
         """Bring weights and optimizer state back after :meth:`offload`."""
         if not self._offloaded:
             return
-        self._move_state(self.device)
+        move_training_state(self._modules(), self.optimizer, self.device)
         self._offloaded = False
 
-    def _move_state(self, device: torch.device) -> None:
-        self.policy.to(device)
-        if self.ref_policy is not None:
-            self.ref_policy.to(device)
-        for state in self.optimizer.state.values():
-            for k, v in state.items():
-                if isinstance(v, torch.Tensor) and k != "step":
-                    state[k] = v.to(device)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
+    def _modules(self) -> list[nn.Module]:
+        return [self.policy] if self.ref_policy is None else [self.policy, self.ref_policy]
 
     def _set_lr(self, *, sft: bool) -> float:
         optim = self.cfg.optim
@@ -669,11 +658,8 @@ class FSDPActorBackend:
             ]
             if ref is not None:
                 files.append(("ref_model.pt", ref))
-            for name, obj in files:
-                buf = io.BytesIO()
-                torch.save(obj, buf)
-                atomic_write_bytes(root / name, buf.getvalue())
-        atomic_write_bytes(root / f"rng_rank{self.rank}.pkl", capture_rng_state())
+            save_checkpoint_files(root, files)
+        save_rank_rng(root, self.rank)
         if self.distributed:
             dist.barrier()
         if self.cfg.enable_offload:
@@ -699,10 +685,7 @@ class FSDPActorBackend:
         self.sft_steps = int(trainer["sft_steps"])
         self.version = int(trainer["version"])
         self.generator.set_state(trainer["generator"])
-        rng = root / f"rng_rank{self.rank}.pkl"
-        if rng.is_file():
-            restore_rng_state(rng.read_bytes())
-        else:
+        if not load_rank_rng(root, self.rank):
             self.log_warning(
                 "no RNG state for rank %d in %s (saved with a different world size)", self.rank, root
             )
