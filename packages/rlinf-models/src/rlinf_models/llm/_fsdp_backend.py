@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +34,7 @@ from rlinf_core.config import AlgorithmConfig
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
+from .._files import replace_directory
 from .._fsdp import (
     full_model_state_dict,
     full_optimizer_state_dict,
@@ -705,28 +703,17 @@ class FSDPActorBackend:
         self.onload()
         full = full_model_state_dict(self.policy)
         if self.rank == 0:
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
-            try:
-                model = self.policy.model
-                model.save_pretrained(staging, state_dict=_hf_keys(full, self.policy))
+
+            def fill(staging: Path) -> None:
+                self.policy.model.save_pretrained(staging, state_dict=_hf_keys(full, self.policy))
                 load_tokenizer(self.cfg.model).save_pretrained(staging)
                 head = {
                     k.removeprefix("value_head."): v for k, v in full.items() if k.startswith("value_head.")
                 }
                 if head:
                     torch.save(head, staging / "value_head.pt")
-                old = None
-                if target.exists():
-                    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                    os.rename(target, old)
-                os.rename(staging, target)
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
+
+            replace_directory(Path(path), fill)
         if self.distributed:
             dist.barrier()
         if self.cfg.enable_offload:

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
@@ -57,6 +56,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'the Megatron backend needs megatron-core and safetensors ({e}): pip install "rlinf-models[megatron,hf]"'
     ) from e
 
+from ..._files import replace_directory
 from ...actor import MetricMeans, lr_scale, run_update, shuffled_minibatches
 from .._batch import check_batch
 from .._config import LLMActorConfig
@@ -678,24 +678,14 @@ class MegatronActorBackend:
         state = self.export_hf_state_dict()
         target = Path(path)
         if dist.get_rank() == 0:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
-            try:
-                staging.mkdir()
+
+            def fill(staging: Path) -> None:
                 save_file({k: v.contiguous() for k, v in state.items()}, str(staging / "model.safetensors"))
                 for name in _HF_SIDE_FILES:
                     if (self.model_path / name).is_file():
                         shutil.copy2(self.model_path / name, staging / name)
-                old = None
-                if target.exists():
-                    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                    os.rename(target, old)
-                os.rename(staging, target)
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
+
+            replace_directory(target, fill)
         dist.barrier()
         return str(target)
 
