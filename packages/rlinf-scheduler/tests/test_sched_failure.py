@@ -53,9 +53,10 @@ class Victim(Worker):
         return "finished"
 
     def patient(self) -> str:
-        # A nested call that raises and is handled by the user's method is not a worker failure.
+        # A nested call that raises and is handled by the user's method is not a worker failure (the peer
+        # exists but sends nothing, so the receive times out).
         try:
-            self.recv(self.group_name, self.rank, timeout=0.2)
+            self.recv(self.group_name, (self.rank + 1) % self.world_size, timeout=0.2)
         except TimeoutError:
             return "handled"
         return "received"
@@ -238,7 +239,7 @@ def test_driver_process_exits_non_zero_with_the_cause(tmp_path: Path, mode: str,
 
 
 def test_exception_caught_inside_a_method_is_not_a_failure(cluster: Cluster) -> None:
-    group = Victim.create_group().launch(cluster, NodePlacementStrategy([0]), name="patient")
-    assert group.patient().wait(timeout=60) == ["handled"]
+    group = Victim.create_group().launch(cluster, NodePlacementStrategy([0, 0]), name="patient")
+    assert group.patient().wait(timeout=60) == ["handled", "handled"]
     assert group.pid().wait(timeout=30)[0] > 0  # the run goes on
     group.shutdown()
