@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,21 @@ def test_jsonl_records_have_step_and_wall_time(tmp_path: Path) -> None:
     assert lines[0]["eval/return_mean"] == 20.0 and "skip" not in lines[0]
     assert lines[1]["time/wall_s"] >= lines[0]["time/wall_s"] >= 0
     assert any((tmp_path / "tensorboard").iterdir())
+    assert lines[1]["time/since_process_start_s"] >= lines[0]["time/since_process_start_s"] > 0
+
+
+def test_since_process_start_counts_the_time_before_the_import() -> None:
+    # A fresh interpreter that waits 0.5 s before importing: the clock starts at process creation, not import.
+    code = (
+        "import time; time.sleep(0.5); "
+        "from rlinf_core.metrics import seconds_since_process_start as s; "
+        "from rlinf_core.metrics._logger import _START; "
+        "print(s(), time.monotonic() - _START)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    since_start, since_import = map(float, out.stdout.split())
+    assert 0.5 <= since_start < 30
+    assert since_start >= since_import + 0.45
 
 
 def test_unknown_backend_is_refused_before_writing(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +17,30 @@ BACKENDS = ("tensorboard", "wandb", "swanlab")
 """Backends a run can add to the always-on ``metrics.jsonl`` (config ``runner.logger.logger_backends``)."""
 
 _START = time.monotonic()
+
+
+@functools.cache
+def _process_start_boottime() -> float | None:
+    """When this process was created, in ``CLOCK_BOOTTIME`` seconds (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        # Field 22 (starttime, clock ticks since boot); fields after the ")" closing the command name start at 3.
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def seconds_since_process_start() -> float:
+    """Seconds since the operating system created this process (interpreter start and imports included).
+
+    Read from ``/proc`` on Linux (10 ms resolution); elsewhere, seconds since ``rlinf_core.metrics`` was
+    imported.
+    """
+    start = _process_start_boottime()
+    if start is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return time.monotonic() - _START
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - start
 
 
 class _Backend(Protocol):
@@ -104,7 +130,9 @@ def _scalar(value: Any) -> float | None:
 class MetricLogger:
     """Logs scalar metrics per step to ``<log_path>/metrics.jsonl`` and the configured backends.
 
-    Every record carries ``step`` and ``time/wall_s`` (seconds since the process started). Keys use the
+    Every record carries ``step``, ``time/wall_s`` (seconds since ``rlinf_core.metrics`` was imported) and
+    ``time/since_process_start_s`` (seconds since the process was created, see
+    :func:`seconds_since_process_start`: what a user waits for, start-up included). Keys use the
     namespaces ``train/``, ``eval/``, ``env/``, ``rollout/``, ``time/``.
 
     Args:
@@ -147,6 +175,7 @@ class MetricLogger:
         """Log ``metrics`` (numbers, numpy scalars, 0-d tensors; others dropped) at ``step``; returns the record."""
         record = {k: v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
         record["time/wall_s"] = time.monotonic() - _START
+        record["time/since_process_start_s"] = seconds_since_process_start()
         for backend in self._backends:
             backend.log(record, step)
         return record
