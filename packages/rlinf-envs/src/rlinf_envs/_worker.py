@@ -269,7 +269,9 @@ class EnvWorker(Worker):
         self, rollout_group: str, peers: list[tuple[int, int, int]], stage: int
     ) -> dict[str, Any]:
         with self.timer("wait_rollout"):
-            replies = [self.recv(rollout_group, peer, timeout=_TIMEOUT_S) for peer, _, _ in peers]
+            replies: list[dict[str, Any]] = [
+                self.recv(rollout_group, peer, timeout=_TIMEOUT_S) for peer, _, _ in peers
+            ]
         for r in replies:
             if r.get("stage") != stage:
                 raise RuntimeError(

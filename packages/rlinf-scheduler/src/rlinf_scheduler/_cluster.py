@@ -77,7 +77,7 @@ class NodeInfo:
 def _probe_node() -> dict[str, Any]:
     """Runs on a node: report what only the node itself knows."""
     return {
-        "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]  # ray leaves it unannotated
         "python": sys.executable,
         "python_version": ".".join(str(v) for v in sys.version_info[:3]),
         "node_rank": os.environ.get(NODE_RANK_ENV),
@@ -213,7 +213,7 @@ class Cluster:
         timeout = self._config.node_wait_timeout_s
         deadline = time.monotonic() + timeout
         while True:
-            alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+            alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]  # ray leaves it unannotated
             if len(alive) >= wanted:
                 break
             if time.monotonic() > deadline:

@@ -403,7 +403,7 @@ class CommMixin:
             with CommMixin._comm_init_lock:
                 state = self.__dict__.get("_rlinf_comm_state")
                 if state is None:
-                    me = _peer(self.group_name, self.rank, "this worker's")  # type: ignore[attr-defined]
+                    me = _peer(self.group_name, self.rank, "this worker's")  # type: ignore[attr-defined]  # group_name/rank come from the Worker this mixin is part of
                     ns = getattr(self, "namespace", None) or ray.get_runtime_context().namespace
                     state = _CommState(me, ns)
                     self.__dict__["_rlinf_comm_state"] = state
@@ -683,10 +683,10 @@ class CommMixin:
             tc = _CommState.cuda_module()
         except ImportError:
             return ()
-        return tc.device_uuids()  # type: ignore[no-any-return]
+        return tc.device_uuids()  # type: ignore[no-any-return]  # the CUDA transport module is imported lazily (typed Any)
 
     def _comm_gloo_address(self, peer: PeerKey) -> tuple[str, int]:
-        return self._comm().gloo_pairs().master_address((peer[0], int(peer[1])))  # type: ignore[no-any-return]
+        return self._comm().gloo_pairs().master_address((peer[0], int(peer[1])))  # type: ignore[no-any-return]  # the Gloo transport module is imported lazily (typed Any)
 
     def _comm_gloo_join(self, peer: PeerKey, host: str, port: int) -> None:
         self._comm().gloo_pairs().join((peer[0], int(peer[1])), host, port)

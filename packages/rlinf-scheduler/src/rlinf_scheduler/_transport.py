@@ -94,7 +94,7 @@ class Encoded:
     total: int
 
 
-class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
+class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]  # cloudpickle has no type information: the base class is Any
     def __init__(self, file: io.BytesIO, out: Encoded) -> None:
         super().__init__(file, protocol=5)
         self._out = out

@@ -104,25 +104,25 @@ def ipc_handle(copy: torch.Tensor, peer_device: int) -> tuple[Any, ...]:
 
     Each call takes one IPC reference on ``copy``'s memory, released when the receiver frees its tensor.
     """
-    _, args = reductions.reduce_tensor(copy)  # type: ignore[no-untyped-call]
+    _, args = reductions.reduce_tensor(copy)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     return (*args[:_IPC_DEVICE_ARG], peer_device, *args[_IPC_DEVICE_ARG + 1 :])
 
 
 def ipc_open(args: tuple[Any, ...]) -> torch.Tensor:
     """Map a tensor shared by ``ipc_handle`` (its reads are ordered after the sender's copy)."""
-    return reductions.rebuild_cuda_tensor(*args)  # type: ignore[no-untyped-call,no-any-return]
+    return reductions.rebuild_cuda_tensor(*args)  # type: ignore[no-untyped-call,no-any-return]  # torch leaves it unannotated
 
 
 def ipc_collect() -> None:
     """Free sender-side IPC copies whose receivers have released them."""
-    torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
+    torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
 
 
 # ------------------------------------------------------------------------------------ NCCL directed links
 
 
 def _new_nccl_group(store: Any, rank: int) -> Any:
-    prefixed = dist.PrefixStore("rlinf-nccl/", store)  # type: ignore[attr-defined]
+    prefixed = dist.PrefixStore("rlinf-nccl/", store)  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = datetime.timedelta(seconds=_SETUP_TIMEOUT_S)
     return dist.ProcessGroupNCCL(prefixed, rank, 2, opts)
@@ -168,7 +168,7 @@ class NcclLinks:
             if link is not None:
                 return link, None
             host = node_ip()
-            store = dist.TCPStore(  # type: ignore[attr-defined]
+            store = dist.TCPStore(  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
                 host, 0, 2, True, timeout=datetime.timedelta(seconds=_SETUP_TIMEOUT_S), wait_for_workers=False
             )
             link = self._out[key] = _Link(self._new_group(store, 0), store, device)
@@ -206,7 +206,7 @@ class NcclLinks:
                     raise RuntimeError(
                         f"NCCL link from {peer} (cuda:{src_device}) used before it was announced"
                     )
-                store = dist.TCPStore(  # type: ignore[attr-defined]
+                store = dist.TCPStore(  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
                     address[0], address[1], 2, False, timeout=datetime.timedelta(seconds=_SETUP_TIMEOUT_S)
                 )
                 link = self._in[key] = _Link(self._new_group(store, 1), store, device)

@@ -65,10 +65,10 @@ def _device() -> Any:
 
 
 def _build(store: Any, rank: int, timeout_s: float) -> Any:
-    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private torch class, absent from its stubs
     opts._timeout = datetime.timedelta(seconds=timeout_s)
     opts._devices = [_device()]
-    prefixed = dist.PrefixStore("rlinf-pair/", store)  # type: ignore[attr-defined]
+    prefixed = dist.PrefixStore("rlinf-pair/", store)  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
     return dist.ProcessGroupGloo(prefixed, rank, 2, opts)
 
 
@@ -126,7 +126,7 @@ class GlooPairs:
                 return fut
             if is_master:
                 host = node_ip()
-                store = dist.TCPStore(  # type: ignore[attr-defined]
+                store = dist.TCPStore(  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
                     host,
                     0,
                     2,
@@ -143,7 +143,7 @@ class GlooPairs:
 
             def connect() -> GlooPair:
                 host, port = addr if addr is not None else self._ask_master(peer)
-                store = dist.TCPStore(  # type: ignore[attr-defined]
+                store = dist.TCPStore(  # type: ignore[attr-defined]  # exported from torch._C, invisible to the stubs
                     host, port, 2, False, timeout=datetime.timedelta(seconds=_SETUP_TIMEOUT_S)
                 )
                 return GlooPair(_build(store, 1, _SETUP_TIMEOUT_S), 0, store)

@@ -28,7 +28,7 @@ _REQUEST = 1
 
 def node_ip() -> str:
     """This node's IP address as Ray sees it (what other nodes can reach)."""
-    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]  # ray leaves it unannotated
 
 
 def _sendall(sock: socket.socket, parts: list[bytes | memoryview]) -> None:

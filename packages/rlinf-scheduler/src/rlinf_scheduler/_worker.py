@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 import attrs
 import ray
@@ -279,7 +279,8 @@ def _remote_world_size(group_name: str, namespace: str, timeout: float) -> int:
             f"{namespace!r})"
         ) from None
     try:
-        size: int = ray.get(handle._rlinf_world_size.remote(), timeout=timeout)
+        # Ray's typed ActorHandle resolves actor methods to Never (every call would look unreachable).
+        size: int = ray.get(cast(Any, handle)._rlinf_world_size.remote(), timeout=timeout)
     except ray.exceptions.GetTimeoutError:
         raise SchedulerTimeoutError(
             f"group_world_size({group_name!r}): rank 0 of {group_name!r} did not answer within {timeout} s"
@@ -287,9 +288,9 @@ def _remote_world_size(group_name: str, namespace: str, timeout: float) -> int:
     return size
 
 
-class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _PrefixAdapter(logging.LoggerAdapter[logging.Logger]):
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self.extra['prefix']}] {msg}", kwargs  # type: ignore[index]
+        return f"[{self.extra['prefix']}] {msg}", kwargs  # type: ignore[index]  # typeshed: extra may be None; ours always has a prefix
 
 
 _logging_configured = threading.Lock()
@@ -340,7 +341,7 @@ def timed(
                 with self.timer(label):
                     return await func(*args, **kwargs)
 
-            return timed_coroutine  # type: ignore[return-value]
+            return timed_coroutine  # type: ignore[return-value]  # the wrapper keeps the wrapped coroutine signature
 
         @functools.wraps(func)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:

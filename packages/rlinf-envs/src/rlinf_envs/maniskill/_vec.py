@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -39,17 +39,17 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-class _SingleEnv(gym.Wrapper):  # type: ignore[type-arg]
+class _SingleEnv(gym.Wrapper[np.ndarray, np.ndarray, Any, Any]):
     """One ManiSkill env (``num_envs=1``, CPU sim) as a plain gymnasium env: unbatched numpy in and out.
 
     ``info`` carries only ``success`` (bool), so the vector env's info aggregation stays cheap. With
     ``ignore_terminations`` the episode ends only at the time limit.
     """
 
-    def __init__(self, env: gym.Env, ignore_terminations: bool = False) -> None:  # type: ignore[type-arg]
+    def __init__(self, env: gym.Env[Any, Any], ignore_terminations: bool = False) -> None:
         super().__init__(env)
         self._ignore_terminations = ignore_terminations
-        base = env.unwrapped
+        base: Any = env.unwrapped  # ManiSkill's BaseEnv (untyped): batched spaces under single_*
         self.observation_space = gym.spaces.Box(
             -np.inf, np.inf, tuple(base.single_observation_space.shape), np.float32
         )
@@ -99,24 +99,23 @@ class _CpuSim:
     ) -> None:
         mode = gym.vector.AutoresetMode.DISABLED
         self._timeout = timeout_s
-        self._async = vector_mode == "async"
-        threads = 1 if self._async else 0
+        threads = 1 if vector_mode == "async" else 0
         fns = [partial(_make_single, env_id, dict(make_kwargs), ignore_terminations, threads)] * num_envs
-        if self._async:
+        self._vec: gym.vector.AsyncVectorEnv | gym.vector.SyncVectorEnv
+        if vector_mode == "async":
             # spawn, not fork: the parent may hold Vulkan/LLVM threads that a forked child would inherit mid-state.
-            self._vec: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(  # type: ignore[type-arg]
-                fns, context="spawn", autoreset_mode=mode
-            )
+            self._vec = gym.vector.AsyncVectorEnv(fns, context="spawn", autoreset_mode=mode)
         else:
             self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-        self.single_observation_space = self._vec.single_observation_space
-        self.single_action_space = self._vec.single_action_space
+        # Both are boxes: _SingleEnv builds the observation box; continuous ManiSkill controllers act in a box.
+        self.single_observation_space = cast(gym.spaces.Box, self._vec.single_observation_space)
+        self.single_action_space = cast(gym.spaces.Box, self._vec.single_action_space)
 
     def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
         # Same seed → same initial state: ManiSkill seeds its episode RNG (and torch) from the reset seed.
-        if self._async:
-            self._vec.reset_async(seed=seeds)  # type: ignore[attr-defined]
-            obs, _ = self._vec.reset_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
+            self._vec.reset_async(seed=seeds)
+            obs, _ = self._vec.reset_wait(timeout=self._timeout)
         else:
             obs, _ = self._vec.reset(seed=seeds)
         return np.asarray(obs, dtype=np.float32)
@@ -125,17 +124,17 @@ class _CpuSim:
         # Explicit seeds: without one ManiSkill draws the new episode from the process-global torch RNG, which
         # differs between sync (one shared RNG) and async (one per process, all starting equal) execution.
         options = {"reset_mask": mask}
-        if self._async:
-            self._vec.reset_async(seed=seeds, options=options)  # type: ignore[attr-defined]
-            obs, _ = self._vec.reset_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
+            self._vec.reset_async(seed=seeds, options=options)
+            obs, _ = self._vec.reset_wait(timeout=self._timeout)
         else:
             obs, _ = self._vec.reset(seed=seeds, options=options)
         return np.asarray(obs, dtype=np.float32)
 
     def step(self, actions: np.ndarray) -> _StepOut:
-        if self._async:
-            self._vec.step_async(actions)  # type: ignore[attr-defined]
-            obs, rew, term, trunc, info = self._vec.step_wait(timeout=self._timeout)  # type: ignore[attr-defined]
+        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
+            self._vec.step_async(actions)
+            obs, rew, term, trunc, info = self._vec.step_wait(timeout=self._timeout)
         else:
             obs, rew, term, trunc, info = self._vec.step(actions)
         success = np.asarray(info.get("success", np.zeros(len(rew), dtype=bool)), dtype=bool)
@@ -163,12 +162,13 @@ class _GpuSim:
         self, env_id: str, num_envs: int, make_kwargs: Mapping[str, Any], ignore_terminations: bool
     ) -> None:
         self._ignore_terminations = ignore_terminations
-        self._env = gym.make(env_id, num_envs=num_envs, **make_kwargs)
+        # ManiSkill's batched env (untyped): reset takes a list of seeds; get_state, device and single_* spaces.
+        self._env = cast(Any, gym.make(env_id, num_envs=num_envs, **make_kwargs))
         self._base = self._env.unwrapped
         self._n = num_envs
         self._device = self._base.device
-        self.single_observation_space = self._base.single_observation_space
-        self.single_action_space = self._base.single_action_space
+        self.single_observation_space: gym.spaces.Box = self._base.single_observation_space
+        self.single_action_space: gym.spaces.Box = self._base.single_action_space
 
     def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
         obs, _ = self._env.reset(seed=[int(s or 0) for s in seeds])
@@ -400,7 +400,8 @@ class ManiSkillVecEnv:
             )
         if not np.isfinite(actions).all():
             raise ValueError("actions contain NaN or inf")
-        return np.clip(actions, self._low, self._high)
+        clipped: np.ndarray = np.clip(actions, self._low, self._high)
+        return clipped
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         """Execute a chunk of actions ``[N, C, action_dim]`` (clipped to the action box).

@@ -82,7 +82,7 @@ class ToolCall:
 
 
 # ------------------------------------------------------------------------------------------------ calculator
-_BIN_OPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+_BIN_OPS: dict[type[ast.operator], Callable[[int | float, int | float], int | float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -91,7 +91,10 @@ _BIN_OPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY_OPS: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY_OPS: dict[type[ast.unaryop], Callable[[int | float], int | float]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
 _MAX_EXPRESSION_CHARS = 200
 _MAX_POWER_EXPONENT = 64
 _MAX_MAGNITUDE = 10**30
@@ -108,7 +111,12 @@ def _check_magnitude(value: int | float) -> int | float:
 def _eval_node(node: ast.AST) -> int | float:
     if isinstance(node, ast.Expression):
         return _eval_node(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    # bool is an int subclass: `True + 1` is not arithmetic we accept.
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
         return _check_magnitude(node.value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY_OPS:
         return _UNARY_OPS[type(node.op)](_eval_node(node.operand))

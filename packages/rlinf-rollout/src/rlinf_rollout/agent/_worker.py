@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlinf_models.llm import load_tokenizer
 from rlinf_scheduler import shard_bounds
 
 from ..llm._worker import LLMRolloutWorker
-from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, build_system_prompt
+from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, ChatTokenizer, build_system_prompt
 from ._config import ToolsConfig, build_toolbox
 from ._loop import AgentLoop, AgentLoopConfig
 from ._parse import parse_turn
@@ -54,8 +54,11 @@ class AgentRolloutWorker(LLMRolloutWorker):
         super().__init__(cfg, model_cfg)
         self.tokenizer = load_tokenizer(model_cfg)
         self.toolbox = build_toolbox(tools, base_dir=Path(base_dir) if base_dir else None)
+        # transformers annotates decode() as ``str | list[str]`` (batches); one id sequence decodes to a str.
         self.formatter = ChatFormatter(
-            self.tokenizer, tool_role=agent.tool_role, wrap_tool_response=agent.wrap_tool_response
+            cast(ChatTokenizer, self.tokenizer),
+            tool_role=agent.tool_role,
+            wrap_tool_response=agent.wrap_tool_response,
         )
         self.loop = AgentLoop(self.engine, self.formatter, self.toolbox, agent)
         self.system_prompt = build_system_prompt(self.toolbox, instructions or DEFAULT_AGENT_INSTRUCTIONS)

@@ -46,7 +46,7 @@ class _LogprobRecorder(LogitsProcessor):
             self.steps.append(self._gather(input_ids[:, -1]))
         if self.temperature != 1.0:
             # Divided exactly as transformers' TemperatureLogitsWarper does: same samples as raw generate().
-            scores = scores / self.temperature  # type: ignore[assignment]
+            scores = scores / self.temperature  # type: ignore[assignment]  # transformers' FloatTensor alias vs the Tensor a division returns
         self.prev = scores
         return scores
 
@@ -92,7 +92,7 @@ class _StopOnStrings(StoppingCriteria):
                 if any(s in text for s in self.stops):
                     self.stop_step[r] = generated - 1
                     done[r] = True
-        return done.to(input_ids.device)  # type: ignore[return-value]
+        return done.to(input_ids.device)  # type: ignore[return-value]  # transformers' BoolTensor alias vs the Tensor .to() returns
 
 
 class HFGenerateEngine:
