@@ -127,6 +127,7 @@ def test_ruff_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_mypy_strict_on_algos_and_core() -> None:
+def test_mypy_strict() -> None:
+    """Strict mypy over the packages listed under `[tool.mypy]` in the root pyproject.toml."""
     out = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
