@@ -1,6 +1,7 @@
 """Atomic checkpoints with resume (``runner.resume_dir``: a path or ``auto``)."""
 
 from ._checkpoint import (
+    CheckpointError,
     CheckpointManager,
     atomic_write_bytes,
     capture_rng_state,
@@ -12,6 +13,7 @@ from ._checkpoint import (
 )
 
 __all__ = [
+    "CheckpointError",
     "CheckpointManager",
     "atomic_write_bytes",
     "capture_rng_state",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CheckpointError",
     "CheckpointManager",
     "atomic_write_bytes",
     "capture_rng_state",
@@ -35,6 +36,10 @@ __all__ = [
 
 COMPLETE = "COMPLETE"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that was asked for is missing, incomplete or not a ``global_step_<N>`` directory."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -91,7 +96,7 @@ def resolve_resume_dir(resume_dir: str | None, log_path: str | Path) -> Path | N
     """Resolve ``runner.resume_dir``: ``None`` → no resume, ``"auto"`` → latest complete checkpoint (or None).
 
     Raises:
-        ValueError: when an explicit path is not a complete checkpoint directory.
+        CheckpointError: when an explicit path is not a complete checkpoint directory.
     """
     if resume_dir is None or resume_dir == "":
         return None
@@ -99,11 +104,11 @@ def resolve_resume_dir(resume_dir: str | None, log_path: str | Path) -> Path | N
         return find_latest_checkpoint(log_path)
     path = Path(resume_dir)
     if not path.is_dir():
-        raise ValueError(
+        raise CheckpointError(
             f"runner.resume_dir: {resume_dir!r} does not exist (expected a global_step_<N> directory or 'auto')"
         )
     if not is_complete(path):
-        raise ValueError(
+        raise CheckpointError(
             f"runner.resume_dir: {resume_dir!r} is not a complete checkpoint (no {COMPLETE} marker)"
         )
     return path
@@ -117,7 +122,7 @@ def checkpoint_step(path: str | Path) -> int:
         return int(json.loads(meta.read_text())["step"])
     m = _STEP_DIR.match(path.name)
     if not m:
-        raise ValueError(f"{path} is not a global_step_<N> directory")
+        raise CheckpointError(f"{path} is not a global_step_<N> directory")
     return int(m.group(1))
 
 
