@@ -12,6 +12,7 @@ from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 from ._factory import env_config_problems, make_vec_env
+from ._process import prepare_process_env
 
 if TYPE_CHECKING:
     from ._worker import EnvWorker
@@ -34,4 +35,5 @@ __all__ = [
     "__version__",
     "env_config_problems",
     "make_vec_env",
+    "prepare_process_env",
 ]

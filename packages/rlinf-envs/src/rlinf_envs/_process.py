@@ -1,0 +1,32 @@
+"""``prepare_process_env``: what the simulators of a run need in the environment of the processes it starts."""
+
+from __future__ import annotations
+
+import os
+
+from ._config import EnvConfig
+
+__all__ = ["prepare_process_env"]
+
+
+def prepare_process_env(cfg: EnvConfig) -> dict[str, str]:
+    """Set the environment variables the simulators of ``cfg`` need, before the cluster starts its workers.
+
+    Env workers inherit the driver's environment, so this must run in the driver before the cluster starts.
+    Today: ManiSkill (SAPIEN) needs a Vulkan driver; when ``VK_ICD_FILENAMES`` is unset, the lavapipe driver
+    that ``scripts/install_vulkan_cpu.sh`` unpacked (if any, see ``rlinf_envs.maniskill.find_installed_icd``)
+    is selected. Variables the user set are never changed.
+
+    Returns:
+        The variables this call set (empty when nothing was needed or everything was already set).
+    """
+    changed: dict[str, str] = {}
+    if "maniskill" in (cfg.train.env_type, cfg.eval.env_type) and "VK_ICD_FILENAMES" not in os.environ:
+        # The maniskill extra is installed whenever a config selects it; import it only then.
+        from .maniskill import find_installed_icd
+
+        icd = find_installed_icd()
+        if icd is not None:
+            changed["VK_ICD_FILENAMES"] = str(icd)
+    os.environ.update(changed)
+    return changed
