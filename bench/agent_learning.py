@@ -16,26 +16,25 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "apps" / "agent"))
 
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    from config import CONFIG_DIR, load_agent_config, run_agent
     from rlinf_core.config import parse_command_line
     from rlinf_core.metrics import plot_run, read_metrics
+    from rlinf_runners.apps import AgentApp, run_app
 
+    app = AgentApp(ROOT / "apps" / "agent")
     cli = parse_command_line(
-        argv, config_dir=CONFIG_DIR, default_name="smollm2_tools", prog="agent_learning.py"
+        argv, config_dir=app.config_dir, default_name=app.default_config, prog="agent_learning.py"
     )
     if isinstance(cli, str):
         print(cli)
         return 0
-    cfg = load_agent_config(cli.config_path, cli.overrides)
+    cfg = app.load_config(cli.config_path, cli.overrides)
     start = time.perf_counter()
-    result = run_agent(cfg)
+    result = run_app(app, cfg)
     wall = time.perf_counter() - start
-    assert not isinstance(result, dict)
     records = read_metrics(result.metrics_file)
     evals = [(int(r["step"]), r) for r in records if "eval/success_rate" in r]
     pre = [r for r in records if "eval_pre_sft/success_rate" in r]

@@ -18,7 +18,6 @@ steps after the first. ``--cost sleep`` models a simulator/accelerator that does
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -33,6 +32,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 from rlinf_envs import EnvWorker  # noqa: E402
 from rlinf_rollout import EmbodiedRolloutWorker  # noqa: E402
+from rlinf_runners.apps import EmbodiedApp, run_app  # noqa: E402
 
 
 def _spend(seconds: float, mode: str) -> None:
@@ -72,23 +72,12 @@ class CostlyRolloutWorker(EmbodiedRolloutWorker):
         return super()._infer(msgs, mode)
 
 
-def _load_app() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "embodied_app_config", ROOT / "apps" / "embodied" / "config.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["embodied_app_config"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def measure(
     app: Any, cluster: Any, name: str, overrides: list[str], ms: float, mode: str, steps: int
 ) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = app.load_embodied_config(
-            ROOT / "apps" / "embodied" / "config" / "cartpole_ppo.yaml",
+        cfg = app.load_config(
+            app.config_dir / "cartpole_ppo.yaml",
             [
                 f"runner.max_epochs={steps}",
                 "runner.val_check_interval=-1",
@@ -115,11 +104,11 @@ def measure(
             def __init__(self, *a: Any, **k: Any) -> None:
                 super().__init__(*a, ms=ms, mode=mode, **k)
 
-        app.run_embodied(
+        run_app(
+            app,
             cfg,
             cluster=cluster,
-            env_cls=_Env,
-            rollout_cls=_Rollout,
+            worker_classes={"env": _Env, "rollout": _Rollout},
             on_step=lambda step, rec: rates.append(rec["rollout/env_steps_per_s"]),
         )
     rate = statistics.median(rates[1:])
@@ -140,7 +129,7 @@ def main() -> int:
     args = parser.parse_args()
     from rlinf_scheduler import Cluster
 
-    app = _load_app()
+    app = EmbodiedApp(ROOT / "apps" / "embodied")
     results: dict[str, list[float]] = {"collocated": [], "hybrid": []}
     with Cluster(num_nodes=1, simulated_accelerators_per_node=2, ray_address="local") as cluster:
         for _ in range(args.repeats):

@@ -4,49 +4,10 @@ With no argument it trains PPO on CartPole-v1 (``config/cartpole_ppo.yaml``) thr
 worker groups, then prints where the checkpoint, ``metrics.jsonl`` and the learning-curve PNG are.
 """
 
-from __future__ import annotations
-
-import os
 import sys
+from pathlib import Path
 
-
-def main(argv: list[str]) -> int:
-    # Before Ray is imported: under `uv run`, Ray would otherwise make every worker re-run `uv run`.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    import yaml
-    from config import CONFIG_DIR, load_embodied_config, run_embodied
-    from rlinf_core.config import ConfigError, parse_command_line, unstructure_config
-    from rlinf_core.metrics import plot_run
-    from rlinf_scheduler import SchedulerTimeoutError, WorkerFailedError
-
-    try:
-        cli = parse_command_line(argv, config_dir=CONFIG_DIR, default_name="cartpole_ppo")
-        if isinstance(cli, str):
-            print(cli)
-            return 0
-        cfg = load_embodied_config(cli.config_path, cli.overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if cli.print_config:
-        print(yaml.safe_dump(unstructure_config(cfg), sort_keys=False))
-        return 0
-    try:
-        result = run_embodied(cfg)
-    except (WorkerFailedError, SchedulerTimeoutError) as e:
-        print(f"error: the run failed: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted (a worker failed, or Ctrl-C); see the messages above", file=sys.stderr)
-        return 130
-    curves = plot_run([result.log_path], keys=["eval/return_mean", "env/return_mean"])
-    print(f"\nfinished {result.global_step} training steps; last evaluation: {result.last_eval}")
-    print(f"metrics:     {result.metrics_file}")
-    print(f"checkpoint:  {result.last_checkpoint}")
-    print(f"curves:      {', '.join(str(p) for p in curves)}")
-    print(f"tensorboard: tensorboard --logdir {result.log_path}")
-    return 0
-
+from rlinf_runners.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main("embodied", sys.argv[1:], mode="train", app_dir=Path(__file__).resolve().parent))

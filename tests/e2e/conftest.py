@@ -1,33 +1,19 @@
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import pytest
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "embodied"
 
 
-def load_app_config() -> ModuleType:
-    """``apps/embodied/config.py`` as a module (apps are scripts, not an installed package)."""
-    name = "rlinf_embodied_app_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, APP_DIR / "config.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
-def app() -> ModuleType:
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    return load_app_config()
+def app() -> Any:
+    """The embodied app over ``apps/embodied`` (its configs)."""
+    from rlinf_runners.apps import EmbodiedApp
+
+    return EmbodiedApp(APP_DIR)
 
 
 # A CartPole run small enough for a test: 4 envs x 8 steps, 2 training steps, tiny eval.

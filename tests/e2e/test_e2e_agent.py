@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -16,29 +12,16 @@ pytest.importorskip("transformers")
 
 from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
+from rlinf_runners.apps import AgentApp, run_app
 
 pytestmark = pytest.mark.ray
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "agent"
 
 
-def load_agent_app() -> ModuleType:
-    """``apps/agent/config.py`` as a module (apps are scripts, not an installed package)."""
-    name = "rlinf_agent_app_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, APP_DIR / "config.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def app() -> ModuleType:
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    return load_agent_app()
+def app() -> AgentApp:
+    return AgentApp(APP_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +79,10 @@ def _small(model_dir: Path, log_path: Path, *extra: str) -> list[str]:
 
 
 def test_agent_app_trains_evaluates_checkpoints_and_resumes(
-    app: ModuleType, cluster: Any, model_dir: Path, tmp_path: Path
+    app: AgentApp, cluster: Any, model_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = app.load_agent_config(APP_DIR / "config" / "smollm2_tools.yaml", _small(model_dir, tmp_path))
-    result = app.run_agent(cfg, cluster=cluster)
+    cfg = app.load_config(APP_DIR / "config" / "smollm2_tools.yaml", _small(model_dir, tmp_path))
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
     records = read_metrics(result.metrics_file)
     sft = [r for r in records if "sft/loss" in r]
@@ -114,11 +97,11 @@ def test_agent_app_trains_evaluates_checkpoints_and_resumes(
     assert all("train/actor/policy_loss" in r for r in train)
     assert is_complete(result.last_checkpoint) and result.last_checkpoint.name == "global_step_2"
     # Resume: one more step continues at step 3 from the saved state (SFT is not repeated).
-    more = app.load_agent_config(
+    more = app.load_config(
         APP_DIR / "config" / "smollm2_tools.yaml",
         _small(model_dir, tmp_path, "runner.max_epochs=3", "runner.resume_dir=auto"),
     )
-    again = app.run_agent(more, cluster=cluster)
+    again = run_app(app, more, cluster=cluster)
     assert again.global_step == 3
     records = read_metrics(again.metrics_file)
     assert len([r for r in records if "sft/loss" in r]) == 2
@@ -127,14 +110,14 @@ def test_agent_app_trains_evaluates_checkpoints_and_resumes(
 
 @pytest.mark.slow
 def test_agent_app_runs_disaggregated_from_yaml(
-    app: ModuleType, cluster: Any, model_dir: Path, tmp_path: Path
+    app: AgentApp, cluster: Any, model_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = app.load_agent_config(
+    cfg = app.load_config(
         APP_DIR / "config" / "smollm2_tools_disaggregated.yaml",
         _small(model_dir, tmp_path, "runner.max_epochs=1", "sft.eval_before=false"),
     )
     assert cfg.cluster.component_placement == {"actor": 0, "rollout,reward": 1}
-    result = app.run_agent(cfg, cluster=cluster)
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 1
     records = read_metrics(result.metrics_file)
     assert [r["step"] for r in records if "eval/success_rate" in r] == [0, 1]

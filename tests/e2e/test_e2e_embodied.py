@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
+from rlinf_runners.apps import EmbodiedApp, run_app
 
 from .conftest import APP_DIR, SMALL
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def cluster(app: ModuleType) -> Iterator[Any]:
+def cluster(app: EmbodiedApp) -> Iterator[Any]:
     from rlinf_scheduler import Cluster
 
     c = Cluster(
@@ -44,24 +44,24 @@ PLACEMENTS = {
 }
 
 
-def _cfg(app: ModuleType, tmp_path: Path, *extra: str) -> Any:
+def _cfg(app: EmbodiedApp, tmp_path: Path, *extra: str) -> Any:
     overrides = [
         *SMALL,
         "cluster.simulated_accelerators_per_node=4",
         f"runner.logger.log_path={tmp_path}",
         *extra,
     ]
-    return app.load_embodied_config(APP_DIR / "config" / "cartpole_ppo.yaml", overrides)
+    return app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", overrides)
 
 
 @pytest.mark.parametrize("mode", list(PLACEMENTS))
 def test_placement_modes_train_evaluate_and_checkpoint(
-    app: ModuleType, cluster: Any, tmp_path: Path, mode: str
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, mode: str
 ) -> None:
     extra, actor_ranks = PLACEMENTS[mode]
     cfg = _cfg(app, tmp_path, *extra)
-    assert app.placement_world_sizes(cfg)["actor"] == actor_ranks
-    result = app.run_embodied(cfg, cluster=cluster)
+    assert app.world_sizes(cfg)["actor"] == actor_ranks
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
     records = read_metrics(result.metrics_file)
     train = [r for r in records if "train/actor/total_loss" in r]
@@ -77,13 +77,13 @@ def test_placement_modes_train_evaluate_and_checkpoint(
     assert is_complete(result.last_checkpoint)
 
 
-def test_resume_continues_at_the_next_step(app: ModuleType, cluster: Any, tmp_path: Path) -> None:
-    first = app.run_embodied(_cfg(app, tmp_path, "runner.val_check_interval=-1"), cluster=cluster)
+def test_resume_continues_at_the_next_step(app: EmbodiedApp, cluster: Any, tmp_path: Path) -> None:
+    first = run_app(app, _cfg(app, tmp_path, "runner.val_check_interval=-1"), cluster=cluster)
     assert first.global_step == 2
     lrs = {int(r["step"]): r["train/actor/lr"] for r in read_metrics(first.metrics_file)}
     # Same run, longer: `auto` picks global_step_2 and training continues with step 3.
     cfg = _cfg(app, tmp_path, "runner.val_check_interval=-1", "runner.max_epochs=3", "runner.resume_dir=auto")
-    second = app.run_embodied(cfg, cluster=cluster)
+    second = run_app(app, cfg, cluster=cluster)
     assert second.global_step == 3
     records = read_metrics(second.metrics_file)
     assert [int(r["step"]) for r in records] == [1, 2, 3]  # appended to the same metrics.jsonl
@@ -91,7 +91,5 @@ def test_resume_continues_at_the_next_step(app: ModuleType, cluster: Any, tmp_pa
     # The optimizer state came back: the linear schedule continues from step 2 of 3, not from scratch.
     assert lrs[1] == pytest.approx(1e-3) and records[-1]["train/actor/lr"] == pytest.approx(1e-3 / 3)
     # Standalone evaluation of a checkpoint.
-    metrics = app.run_embodied(
-        _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto"
-    )
+    metrics = run_app(app, _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto")
     assert metrics["eval/checkpoint_step"] == 3 and metrics["eval/num_episodes"] == 4

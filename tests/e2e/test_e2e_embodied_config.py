@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 from rlinf_core.config import ConfigError
+from rlinf_runners.apps import EmbodiedApp
 
 from .conftest import APP_DIR
 
@@ -29,18 +29,18 @@ def test_every_issue_config_exists() -> None:
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_configs_load_and_pass_the_cross_checks(app: ModuleType, name: str) -> None:
-    cfg = app.load_embodied_config(APP_DIR / "config" / f"{name}.yaml")
-    sizes = app.placement_world_sizes(cfg)
+def test_configs_load_and_pass_the_cross_checks(app: EmbodiedApp, name: str) -> None:
+    cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml")
+    sizes = app.world_sizes(cfg)
     assert sizes is not None and set(sizes) == {"actor", "rollout", "env"}
 
 
-def test_every_placement_mode_is_shown(app: ModuleType) -> None:
+def test_every_placement_mode_is_shown(app: EmbodiedApp) -> None:
     from rlinf_scheduler import resolve_placement
 
     modes = set()
     for name in CONFIGS:
-        cfg = app.load_embodied_config(APP_DIR / "config" / f"{name}.yaml")
+        cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml")
         out = resolve_placement(
             cfg.cluster,
             num_nodes=cfg.cluster.num_nodes,
@@ -60,9 +60,9 @@ def test_every_placement_mode_is_shown(app: ModuleType) -> None:
     assert modes == {"collocated", "disaggregated", "hybrid"}
 
 
-def test_cross_field_problems_are_listed_with_their_paths(app: ModuleType) -> None:
+def test_cross_field_problems_are_listed_with_their_paths(app: EmbodiedApp) -> None:
     with pytest.raises(ConfigError) as err:
-        app.load_embodied_config(
+        app.load_config(
             APP_DIR / "config" / "cartpole_ppo.yaml",
             [
                 "rollout.pipeline_stage_num=3",
@@ -83,9 +83,9 @@ def test_cross_field_problems_are_listed_with_their_paths(app: ModuleType) -> No
         assert fragment in text
 
 
-def test_placement_without_a_component_is_an_error(app: ModuleType) -> None:
+def test_placement_without_a_component_is_an_error(app: EmbodiedApp) -> None:
     with pytest.raises(ConfigError, match=r"no placement for \['env'\]"):
-        app.load_embodied_config(
+        app.load_config(
             APP_DIR / "config" / "cartpole_ppo.yaml", ['cluster.component_placement={"actor,rollout": 0}']
         )
 

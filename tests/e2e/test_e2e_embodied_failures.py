@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from rlinf_core.checkpoint import CheckpointManager, find_latest_checkpoint, is_complete
+from rlinf_runners.apps import EmbodiedApp, run_app
 
 from .conftest import APP_DIR, SMALL
 
@@ -18,11 +18,11 @@ pytestmark = pytest.mark.ray
     "target",
     ["env", pytest.param("rollout", marks=pytest.mark.slow), pytest.param("actor", marks=pytest.mark.slow)],
 )
-def test_killed_worker_ends_the_run(app: ModuleType, tmp_path: Path, target: str) -> None:
+def test_killed_worker_ends_the_run(app: EmbodiedApp, tmp_path: Path, target: str) -> None:
     import ray
     from rlinf_scheduler import Cluster, WorkerFailedError
 
-    cfg = app.load_embodied_config(
+    cfg = app.load_config(
         APP_DIR / "config" / "cartpole_ppo.yaml",
         [
             *SMALL,
@@ -40,7 +40,7 @@ def test_killed_worker_ends_the_run(app: ModuleType, tmp_path: Path, target: str
 
     with Cluster(cfg.cluster, ray_address="local", num_cpus=2, interrupt_main_on_failure=False) as cluster:
         with pytest.raises(WorkerFailedError) as err:
-            app.run_embodied(cfg, cluster=cluster, on_step=on_step)
+            run_app(app, cfg, cluster=cluster, on_step=on_step)
         elapsed = time.monotonic() - killed_at[0]
     assert f"{target}:0" in str(err.value)
     assert elapsed < 10.0, f"the run took {elapsed:.1f} s to end after {target}:0 was killed"

@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
+from rlinf_runners.apps import ReasoningApp, ReasoningConfig, run_app
+from rlinf_scheduler import ModelParallelComponentPlacement, StaticClusterView
 
 pytestmark = pytest.mark.ray
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "reasoning"
 
 
-def load_reasoning_app() -> ModuleType:
-    """``apps/reasoning/config.py`` as a module (apps are scripts, not an installed package)."""
-    name = "rlinf_reasoning_app_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, APP_DIR / "config.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def placement_mode(cfg: ReasoningConfig) -> str:
+    """``"collocated"`` or ``"disaggregated"``: how ``cfg`` places actor and rollout on its simulated slots."""
+    view = StaticClusterView(
+        num_nodes=cfg.cluster.num_nodes, accelerators=cfg.cluster.simulated_accelerators_per_node
+    )
+    return ModelParallelComponentPlacement(cfg.cluster, view).placement_mode.name.lower()
 
 
 def write_tiny_task(root: Path) -> dict[str, Path]:
@@ -80,9 +73,8 @@ def tiny_overrides(model_dir: Path, data: dict[str, Path], log_path: Path) -> li
 
 
 @pytest.fixture(scope="module")
-def app() -> ModuleType:
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    return load_reasoning_app()
+def app() -> ReasoningApp:
+    return ReasoningApp(APP_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(app: ModuleType) -> Iterator[Any]:
+def cluster(app: ReasoningApp) -> Iterator[Any]:
     from rlinf_scheduler import Cluster
 
     c = Cluster(
@@ -119,13 +111,13 @@ PLACEMENTS = {
 
 @pytest.mark.parametrize("mode", list(PLACEMENTS))
 def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
-    app: ModuleType, tiny: dict[str, Any], cluster: Any, tmp_path: Path, mode: str
+    app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path, mode: str
 ) -> None:
     name, expected_mode = PLACEMENTS[mode]
     overrides = tiny_overrides(tiny["model"], tiny["data"], tmp_path)
-    cfg = app.load_reasoning_config(APP_DIR / "config" / f"{name}.yaml", overrides)
-    assert app.placement_mode(cfg) == expected_mode
-    result = app.run_reasoning(cfg, cluster=cluster)
+    cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml", overrides)
+    assert placement_mode(cfg) == expected_mode
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
     records = read_metrics(tmp_path)
     assert [r["sft/step"] for r in records if "sft/step" in r] == [1, 2]
@@ -142,10 +134,10 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if is_complete(p))
     assert ckpts[-2:] == ["global_step_1", "global_step_2"]
     # resume: two more steps from the latest checkpoint, no second warm-up
-    cfg2 = app.load_reasoning_config(
+    cfg2 = app.load_config(
         APP_DIR / "config" / f"{name}.yaml", [*overrides, "runner.max_epochs=3", "runner.resume_dir=auto"]
     )
-    result2 = app.run_reasoning(cfg2, cluster=cluster)
+    result2 = run_app(app, cfg2, cluster=cluster)
     assert result2.global_step == 3
     records2 = read_metrics(tmp_path)
     assert [r["sft/step"] for r in records2 if "sft/step" in r] == [1, 2]
@@ -154,7 +146,7 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
 
 @pytest.mark.slow
 def test_ppo_with_value_head_and_dapo_filters(
-    app: ModuleType, tiny: dict[str, Any], cluster: Any, tmp_path: Path
+    app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path
 ) -> None:
     overrides = [
         *tiny_overrides(tiny["model"], tiny["data"], tmp_path / "ppo"),
@@ -163,8 +155,8 @@ def test_ppo_with_value_head_and_dapo_filters(
         "runner.save_interval=-1",
         "sft.steps=0",
     ]
-    cfg = app.load_reasoning_config(APP_DIR / "config" / "ppo_smollm2_cpu.yaml", overrides)
-    result = app.run_reasoning(cfg, cluster=cluster)
+    cfg = app.load_config(APP_DIR / "config" / "ppo_smollm2_cpu.yaml", overrides)
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 1
     (rec,) = [r for r in read_metrics(tmp_path / "ppo") if "train/actor/policy_loss" in r]
     assert "train/critic/value_loss" in rec and rec["train/actor/num_optimizer_steps"] >= 1
@@ -180,8 +172,8 @@ def test_ppo_with_value_head_and_dapo_filters(
         "algorithm.max_num_gen_batches=2",
         "algorithm.overlong_buffer_len=4",
     ]
-    cfg = app.load_reasoning_config(APP_DIR / "config" / "dapo_smollm2_cpu.yaml", dapo)
-    app.run_reasoning(cfg, cluster=cluster)
+    cfg = app.load_config(APP_DIR / "config" / "dapo_smollm2_cpu.yaml", dapo)
+    run_app(app, cfg, cluster=cluster)
     (rec,) = [r for r in read_metrics(tmp_path / "dapo") if "dapo/num_gen_batches" in r]
     assert 1 <= rec["dapo/num_gen_batches"] <= 2
     assert rec["train/skipped"] == (1.0 if rec["dapo/kept_groups"] == 0 else 0.0)

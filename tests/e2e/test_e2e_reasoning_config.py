@@ -13,16 +13,17 @@ from types import ModuleType
 import pytest
 from rlinf_core.config import ConfigError
 from rlinf_core.data import load_prompt_dataset
+from rlinf_runners.apps import ReasoningApp
 
-from .test_e2e_reasoning import APP_DIR, load_reasoning_app
+from .test_e2e_reasoning import APP_DIR, placement_mode
 
 # The *_gpu.yaml examples need GPU backends (megatron-core); tests/e2e/test_e2e_llm_backends.py loads them.
 CONFIGS = sorted(p.stem for p in (APP_DIR / "config").glob("*.yaml") if not p.stem.endswith("_gpu"))
 
 
 @pytest.fixture(scope="module")
-def app() -> ModuleType:
-    return load_reasoning_app()
+def app() -> ReasoningApp:
+    return ReasoningApp(APP_DIR)
 
 
 def test_the_expected_configs_exist() -> None:
@@ -36,26 +37,26 @@ def test_the_expected_configs_exist() -> None:
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_every_config_loads_and_places(app: ModuleType, name: str) -> None:
-    cfg = app.load_reasoning_config(APP_DIR / "config" / f"{name}.yaml")
-    assert app.placement_world_sizes(cfg) == {"actor": 1, "rollout": 1, "reward": 1}
+def test_every_config_loads_and_places(app: ReasoningApp, name: str) -> None:
+    cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml")
+    assert app.world_sizes(cfg) == {"actor": 1, "rollout": 1, "reward": 1}
     expected = "disaggregated" if "disaggregated" in name else "collocated"
-    assert app.placement_mode(cfg) == expected
+    assert placement_mode(cfg) == expected
     assert cfg.actor.model.model_path == "smollm2-135m-instruct"
     if cfg.algorithm.adv_type == "gae":
         assert cfg.actor.model.add_value_head and cfg.algorithm.loss_type == "actor_critic"
 
 
-def test_dapo_and_reinpp_switches(app: ModuleType) -> None:
-    dapo = app.load_reasoning_config(APP_DIR / "config" / "dapo_smollm2_cpu.yaml").algorithm
+def test_dapo_and_reinpp_switches(app: ReasoningApp) -> None:
+    dapo = app.load_config(APP_DIR / "config" / "dapo_smollm2_cpu.yaml").algorithm
     assert dapo.dynamic_sampling and dapo.overlong_filter and dapo.clip_ratio_high > dapo.clip_ratio_low
-    reinpp = app.load_reasoning_config(APP_DIR / "config" / "reinpp_smollm2_cpu.yaml").algorithm
+    reinpp = app.load_config(APP_DIR / "config" / "reinpp_smollm2_cpu.yaml").algorithm
     assert reinpp.adv_type == "reinpp" and reinpp.use_reinpp_baseline and reinpp.reinpp_kl_beta > 0
 
 
-def test_cross_section_problems_are_listed_together(app: ModuleType, tmp_path: Path) -> None:
+def test_cross_section_problems_are_listed_together(app: ReasoningApp, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        app.load_reasoning_config(
+        app.load_config(
             APP_DIR / "config" / "grpo_smollm2_cpu.yaml",
             [
                 "algorithm.adv_type=gae",
@@ -76,18 +77,16 @@ def test_cross_section_problems_are_listed_together(app: ModuleType, tmp_path: P
     ):
         assert needle in text, text
     with pytest.raises(ConfigError, match="neither collocated"):
-        app.load_reasoning_config(
+        app.load_config(
             APP_DIR / "config" / "grpo_smollm2_cpu.yaml",
             ["cluster.simulated_accelerators_per_node=2", "cluster.component_placement.rollout=0-1"],
         )
     with pytest.raises(ConfigError, match=r"no placement for \['reward'\]"):
-        app.load_reasoning_config(
-            APP_DIR / "config" / "grpo_smollm2_cpu.yaml", ["~cluster.component_placement.reward"]
-        )
+        app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml", ["~cluster.component_placement.reward"])
 
 
-def test_shipped_data_is_valid_and_held_out(app: ModuleType) -> None:
-    cfg = app.load_reasoning_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml")
+def test_shipped_data_is_valid_and_held_out(app: ReasoningApp) -> None:
+    cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml")
     data = app.load_datasets(cfg)
     assert len(data["train"]) == 2000 and len(data["eval"]) == 200 and len(data["sft"]) == 400
     train = {e.extra["expression"] for e in data["train"]}

@@ -1,0 +1,43 @@
+"""The applications: root config classes, cross-section checks, group launch, runner construction.
+
+One class per app (:class:`EmbodiedApp`, :class:`ReasoningApp`, :class:`AgentApp`), each with its root config
+class (:class:`EmbodiedConfig`, :class:`ReasoningConfig`, :class:`AgentConfig`: the YAML files of
+``apps/<name>/config``), and :func:`run_app`, which starts the cluster, launches the groups and trains or
+evaluates. ``rlinf_runners.cli.main`` is the command line over them::
+
+    app = EmbodiedApp("apps/embodied")
+    cfg = app.load_config(app.config_dir / "cartpole_ppo.yaml", ["runner.max_epochs=10"])
+    result = run_app(app, cfg)
+"""
+
+from typing import Any
+
+from ._agent import AgentApp, AgentConfig
+from ._app import App, AppRunner, OnStep, WorkerClasses, resolve_checkpoint, run_app
+from ._embodied import EmbodiedApp, EmbodiedConfig
+from ._llm import LLMApp
+from ._reasoning import ReasoningApp, ReasoningConfig
+
+APPS: dict[str, type[App[Any]]] = {
+    "embodied": EmbodiedApp,
+    "reasoning": ReasoningApp,
+    "agent": AgentApp,
+}
+"""The apps by name."""
+
+__all__ = [
+    "APPS",
+    "AgentApp",
+    "AgentConfig",
+    "App",
+    "AppRunner",
+    "EmbodiedApp",
+    "EmbodiedConfig",
+    "LLMApp",
+    "OnStep",
+    "ReasoningApp",
+    "ReasoningConfig",
+    "WorkerClasses",
+    "resolve_checkpoint",
+    "run_app",
+]

@@ -1,0 +1,243 @@
+"""``App``: what every application provides (root config, checks, group launch, runner), and ``run_app``.
+
+An app composes the configs each package owns into one root config class, adds the checks that span several
+sections (each invariant once: what a package's own config class or function already checks is not repeated
+here), launches its worker groups and builds its runner. :func:`run_app` owns the cluster's lifecycle.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, overload
+
+from rlinf_core.checkpoint import CheckpointError, resolve_resume_dir
+from rlinf_core.config import load_config
+from rlinf_scheduler import Cluster, ClusterConfig, Worker
+
+from .._config import RunnerConfig
+from .._embodied import RunResult
+
+__all__ = ["App", "AppRunner", "OnStep", "WorkerClasses", "run_app"]
+
+OnStep = Callable[[int, dict[str, float]], None]
+"""Called by the runner after each training step with the step and its metrics record."""
+
+WorkerClasses = Mapping[str, type[Worker]]
+"""Replacement worker classes by component name (tests and benchmarks use subclasses)."""
+
+
+class AppRunner(Protocol):
+    """What :func:`run_app` needs of a runner."""
+
+    def run(self) -> RunResult: ...
+
+    def evaluate(self) -> dict[str, float]: ...
+
+    def evaluate_checkpoint(self, path: str | Path) -> dict[str, float]: ...
+
+
+class _RootConfig(Protocol):
+    @property
+    def cluster(self) -> ClusterConfig: ...
+
+    @property
+    def runner(self) -> RunnerConfig: ...
+
+
+C = TypeVar("C", bound=_RootConfig)
+
+
+class App(abc.ABC, Generic[C]):
+    """One application: its root config class, its checks, the launch of its groups and its runner.
+
+    Args:
+        app_dir: the application's directory (``apps/<name>``): ``config/`` holds its YAML files, and
+            relative data paths that do not exist as given are looked up here. Default: the current directory.
+    """
+
+    name: ClassVar[str]
+    """The app's name, as ``rlinf_runners.cli.main`` accepts it."""
+    config_cls: type[C]
+    """The root config class (one attribute per section)."""
+    default_config: ClassVar[str]
+    """The config of ``config/`` used when the command line names none."""
+    components: ClassVar[tuple[str, ...]]
+    """The components every placement must place."""
+    curve_keys: ClassVar[tuple[str, ...]]
+    """The metrics drawn as learning curves at the end of a training run."""
+
+    def __init__(self, app_dir: str | Path | None = None) -> None:
+        self.app_dir = Path.cwd() if app_dir is None else Path(app_dir).resolve()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.app_dir)!r})"
+
+    @property
+    def config_dir(self) -> Path:
+        """The directory of the app's YAML configs (``<app_dir>/config``)."""
+        return self.app_dir / "config"
+
+    def load_config(self, path: str | Path | None, overrides: Sequence[str] = ()) -> C:
+        """Load a YAML file plus overrides into a checked root config (no Ray started).
+
+        Raises:
+            ConfigError: listing every problem with its dotted path.
+        """
+        cfg = load_config(self.config_cls, path, overrides)
+        self.check(cfg)
+        return cfg
+
+    def placed_components(self, cfg: C) -> set[str]:
+        """The components ``cluster.component_placement`` names.
+
+        Raises:
+            ValueError: when one of :attr:`components` is left out.
+        """
+        placed = {c.strip() for key in cfg.cluster.component_placement for c in key.split(",")}
+        missing = [c for c in self.components if c not in placed]
+        if missing:
+            raise ValueError(
+                f"cluster.component_placement: no placement for {missing}; it places {sorted(placed)} "
+                f"(e.g. '{','.join(self.components)}: 0' for collocated)"
+            )
+        return placed
+
+    @abc.abstractmethod
+    def world_sizes(self, cfg: C, cluster: Cluster | None = None) -> dict[str, int] | None:
+        """Processes per component: from ``cluster``, or on paper for simulated slots (else ``None``).
+
+        Raises:
+            ValueError: for an invalid placement, or one that leaves out a component.
+        """
+
+    @abc.abstractmethod
+    def check(self, cfg: C, world_sizes: Mapping[str, int] | None = None) -> None:
+        """The checks that span sections; with ``world_sizes`` also those that depend on the placement.
+
+        Raises:
+            ConfigError: listing every problem with its dotted path.
+        """
+
+    def check_evaluation(self, cfg: C) -> None:
+        """What a standalone evaluation needs beyond :meth:`check` (nothing by default).
+
+        Raises:
+            ConfigError: naming what is missing.
+        """
+
+    def prepare_process_env(self, cfg: C) -> None:
+        """Set what the worker processes need in their environment; runs before the cluster starts."""
+
+    @abc.abstractmethod
+    def launch(
+        self, cfg: C, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
+    ) -> dict[str, Any]:
+        """Place and launch the worker groups and wait until they are ready.
+
+        Returns:
+            The groups by component name.
+        """
+
+    @abc.abstractmethod
+    def build_runner(
+        self, cfg: C, cluster: Cluster, groups: Mapping[str, Any], *, on_step: OnStep | None = None
+    ) -> AppRunner:
+        """The runner of ``cfg`` over the groups :meth:`launch` started on ``cluster``."""
+
+
+def resolve_checkpoint(checkpoint: str, log_path: str | Path) -> Path:
+    """The checkpoint directory of ``checkpoint`` (a ``global_step_<N>`` directory, or ``auto``).
+
+    Raises:
+        CheckpointError: when it does not exist, is incomplete, or ``auto`` finds none.
+    """
+    resolved = resolve_resume_dir(checkpoint, log_path)
+    if resolved is None:
+        raise CheckpointError(
+            f"runner.resume_dir: no complete checkpoint under {Path(log_path) / 'checkpoints'} "
+            f"(asked for {checkpoint!r}); train first, or name a global_step_<N> directory"
+        )
+    return resolved
+
+
+@overload
+def run_app(
+    app: App[C],
+    cfg: C,
+    *,
+    cluster: Cluster | None = ...,
+    worker_classes: WorkerClasses | None = ...,
+    on_step: OnStep | None = ...,
+    evaluate_only: None = ...,
+) -> RunResult: ...
+
+
+@overload
+def run_app(
+    app: App[C],
+    cfg: C,
+    *,
+    cluster: Cluster | None = ...,
+    worker_classes: WorkerClasses | None = ...,
+    on_step: OnStep | None = ...,
+    evaluate_only: str,
+) -> dict[str, float]: ...
+
+
+def run_app(
+    app: App[C],
+    cfg: C,
+    *,
+    cluster: Cluster | None = None,
+    worker_classes: WorkerClasses | None = None,
+    on_step: OnStep | None = None,
+    evaluate_only: str | None = None,
+) -> RunResult | dict[str, float]:
+    """Start (or use) a cluster, launch the app's groups and train; or evaluate one checkpoint.
+
+    Args:
+        app: the application.
+        cfg: its checked root config (:meth:`App.load_config`).
+        cluster: a running cluster to use; by default one is started from ``cfg.cluster`` and shut down at
+            the end. On a given cluster the launched groups are shut down at the end instead (unless a
+            worker failed: then the cluster is being torn down).
+        worker_classes: replacement worker classes by component.
+        on_step: called after each training step.
+        evaluate_only: evaluate this checkpoint (a ``global_step_<N>`` directory or ``auto``; ``none``: the
+            model as configured, no checkpoint) instead of training.
+
+    Returns:
+        The :class:`RunResult` of the training, or the ``eval/*`` metrics of the evaluation.
+
+    Raises:
+        CheckpointError: before any cluster starts, when ``runner.resume_dir`` or ``evaluate_only`` names a
+            checkpoint that is not there.
+    """
+    log_path = cfg.runner.logger.log_path
+    checkpoint: Path | Literal["none"] | None = None
+    if evaluate_only is not None:
+        checkpoint = (
+            "none" if evaluate_only.lower() == "none" else resolve_checkpoint(evaluate_only, log_path)
+        )
+    else:
+        resolve_resume_dir(cfg.runner.resume_dir, log_path)  # a bad explicit path fails before Ray starts
+    app.prepare_process_env(cfg)
+    own = cluster is None
+    cluster = Cluster(cfg.cluster) if cluster is None else cluster
+    groups: dict[str, Any] = {}
+    try:
+        groups = app.launch(cfg, cluster, worker_classes=worker_classes)
+        runner = app.build_runner(cfg, cluster, groups, on_step=on_step)
+        if checkpoint == "none":
+            return runner.evaluate()
+        if checkpoint is not None:
+            return runner.evaluate_checkpoint(checkpoint)
+        return runner.run()
+    finally:
+        if own:
+            cluster.shutdown()
+        elif cluster.failure is None:
+            for group in groups.values():
+                group.shutdown()

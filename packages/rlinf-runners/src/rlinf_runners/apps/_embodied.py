@@ -1,0 +1,228 @@
+"""The embodied app: ``EmbodiedConfig`` and the launch of its actor, rollout and env groups.
+
+``EmbodiedConfig`` composes the configs each package owns: ``cluster`` (rlinf_scheduler), ``runner``
+(rlinf_runners), ``algorithm`` (rlinf_core), ``actor`` (rlinf_models), ``rollout`` (rlinf_rollout) and ``env``
+(rlinf_envs). :meth:`EmbodiedApp.check` adds the checks that span sections; it runs before Ray starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
+from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, prepare_process_env
+from rlinf_models import EmbodiedActorConfig
+from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
+from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
+
+from .._config import RunnerConfig
+from .._embodied import EmbodiedRunner
+from ._app import App, OnStep, WorkerClasses
+
+__all__ = ["EmbodiedApp", "EmbodiedConfig"]
+
+
+@attrs.frozen(kw_only=True)
+class EmbodiedConfig:
+    """The whole embodied run (``apps/embodied/config/*.yaml``)."""
+
+    cluster: ClusterConfig = attrs.field(
+        factory=lambda: ClusterConfig(
+            component_placement={"actor,env,rollout": "0"}, simulated_accelerators_per_node=1
+        )
+    )
+    runner: RunnerConfig = attrs.field(factory=RunnerConfig)
+    algorithm: AlgorithmConfig = attrs.field(factory=AlgorithmConfig)
+    actor: EmbodiedActorConfig = attrs.field(factory=EmbodiedActorConfig)
+    rollout: EmbodiedRolloutConfig = attrs.field(factory=EmbodiedRolloutConfig)
+    env: EnvConfig = attrs.field(factory=EnvConfig)
+
+
+def _check_split(name: str, split: VecEnvConfig, env_ws: int, stages: int, rollout_ws: int) -> list[str]:
+    problems = []
+    unit = env_ws * stages * split.group_size
+    if split.total_num_envs % unit:
+        problems.append(
+            f"{name}.total_num_envs ({split.total_num_envs}) must be a multiple of env ranks ({env_ws}) x "
+            f"rollout.pipeline_stage_num ({stages}) x {name}.group_size ({split.group_size}) = {unit}"
+        )
+    per_stage = split.total_num_envs // stages
+    if split.total_num_envs % stages == 0 and per_stage % rollout_ws:
+        problems.append(
+            f"{name}.total_num_envs / rollout.pipeline_stage_num ({per_stage}) must be a multiple of the "
+            f"rollout ranks ({rollout_ws})"
+        )
+    return problems
+
+
+def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> list[str]:
+    stages = cfg.rollout.pipeline_stage_num
+    train = cfg.env.train
+    problems = _check_split("env.train", train, ws["env"], stages, ws["rollout"])
+    problems += _check_split("env.eval", cfg.env.eval, ws["env"], stages, ws["rollout"])
+    envs = train.total_num_envs * cfg.algorithm.rollout_epoch
+    unit = ws["actor"] * train.group_size
+    if train.total_num_envs % unit:
+        problems.append(
+            f"env.train.total_num_envs ({train.total_num_envs}) must be a multiple of actor ranks "
+            f"({ws['actor']}) x group_size ({train.group_size}) = {unit}, so each actor rank gets whole groups"
+        )
+    elif samples // ws["actor"] < cfg.actor.global_batch_size // ws["actor"] or envs % ws["actor"]:
+        problems.append(
+            f"actor.global_batch_size / actor ranks exceeds each rank's share of the {samples} samples"
+        )
+    if cfg.actor.global_batch_size % (cfg.actor.micro_batch_size * ws["actor"]):
+        problems.append(
+            f"actor.global_batch_size ({cfg.actor.global_batch_size}) must be a multiple of "
+            f"actor.micro_batch_size ({cfg.actor.micro_batch_size}) x actor ranks ({ws['actor']})"
+        )
+    return problems
+
+
+class EmbodiedApp(App[EmbodiedConfig]):
+    """Embodied RL: a policy in simulators through actor, rollout and env worker groups."""
+
+    name = "embodied"
+    config_cls = EmbodiedConfig
+    default_config = "cartpole_ppo"
+    components = ("actor", "rollout", "env")
+    curve_keys = ("eval/return_mean", "env/return_mean")
+
+    def world_sizes(self, cfg: EmbodiedConfig, cluster: Cluster | None = None) -> dict[str, int] | None:
+        """Processes per component: from ``cluster``, or on paper for simulated slots (else ``None``).
+
+        Raises:
+            ValueError: for an invalid placement, or one that leaves out actor, rollout or env.
+        """
+        self.placed_components(cfg)
+        if cluster is not None:
+            placement = HybridComponentPlacement(cfg.cluster, cluster)
+            return {c: placement.get_world_size(c) for c in self.components}
+        if cfg.cluster.simulated_accelerators_per_node > 0:
+            out = resolve_placement(
+                cfg.cluster,
+                num_nodes=cfg.cluster.num_nodes,
+                accelerators_per_node=cfg.cluster.simulated_accelerators_per_node,
+            )
+            return {c: len(out[c]) for c in self.components}
+        return None
+
+    def check(self, cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | None = None) -> None:
+        """Checks that span sections (batch sizes vs collected samples, env splits, groups, chunks).
+
+        Raises:
+            ConfigError: listing every problem with its dotted path.
+        """
+        problems: list[str] = []
+        try:
+            ws = world_sizes or self.world_sizes(cfg)
+        except ValueError as e:
+            raise ConfigError([str(e)], "cluster.component_placement") from None
+        chunks = cfg.actor.model.num_action_chunks
+        for name, split in (("env.train", cfg.env.train), ("env.eval", cfg.env.eval)):
+            if split.max_steps_per_rollout_epoch % chunks:
+                problems.append(
+                    f"{name}.max_steps_per_rollout_epoch ({split.max_steps_per_rollout_epoch}) must be a "
+                    f"multiple of actor.model.num_action_chunks ({chunks})"
+                )
+        if cfg.algorithm.group_size != cfg.env.train.group_size:
+            problems.append(
+                f"algorithm.group_size ({cfg.algorithm.group_size}) must equal env.train.group_size "
+                f"({cfg.env.train.group_size}): advantages are normalised over the env groups"
+            )
+        if cfg.algorithm.adv_type == "gae" and not cfg.actor.model.add_value_head:
+            problems.append("actor.model.add_value_head must be true for algorithm.adv_type 'gae'")
+        train = cfg.env.train
+        samples = (
+            train.total_num_envs * (train.max_steps_per_rollout_epoch // chunks) * cfg.algorithm.rollout_epoch
+        )
+        if samples < cfg.actor.global_batch_size:
+            problems.append(
+                f"actor.global_batch_size ({cfg.actor.global_batch_size}) exceeds the samples one step "
+                "collects: env.train.total_num_envs x max_steps_per_rollout_epoch / num_action_chunks x "
+                f"rollout_epoch = {samples}"
+            )
+        if ws is not None:
+            problems += _check_ranks(cfg, ws, samples)
+        if problems:
+            raise ConfigError(problems, "the embodied config")
+
+    def prepare_process_env(self, cfg: EmbodiedConfig) -> None:
+        """The simulators' process environment (e.g. ManiSkill's Vulkan driver), before the cluster starts."""
+        prepare_process_env(cfg.env)
+
+    def launch(
+        self, cfg: EmbodiedConfig, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
+    ) -> dict[str, Any]:
+        """Launch the env group (to learn the env spec), then the actor and rollout groups.
+
+        Returns:
+            ``{"actor": group, "rollout": group, "env": group}``.
+        """
+        classes = dict(worker_classes or {})
+        timeout_s = 300.0
+        placement = HybridComponentPlacement(cfg.cluster, cluster)
+        ws = {c: placement.get_world_size(c) for c in self.components}
+        self.check(cfg, ws)
+        stages = cfg.rollout.pipeline_stage_num
+        env = (
+            classes.get("env", EnvWorker)
+            .create_group(
+                cfg.env,
+                cfg.algorithm,
+                stages,
+                num_action_chunks=cfg.actor.model.num_action_chunks,
+                rollout_world_size=ws["rollout"],
+            )
+            .launch(cluster, placement.get_strategy("env"), name="env")
+        )
+        spec = env.get_spec().wait(timeout=timeout_s)[0]
+        actor = (
+            (classes.get("actor") or _actor_worker_class())
+            .create_group(cfg.actor, cfg.algorithm, spec, total_steps=cfg.runner.total_steps)
+            .launch(cluster, placement.get_strategy("actor"), name="actor")
+        )
+        rollout = (
+            classes.get("rollout", EmbodiedRolloutWorker)
+            .create_group(
+                cfg.rollout,
+                cfg.actor.model,
+                spec,
+                env_world_size=ws["env"],
+                train_num_envs=cfg.env.train.total_num_envs,
+                eval_num_envs=cfg.env.eval.total_num_envs,
+            )
+            .launch(cluster, placement.get_strategy("rollout"), name="rollout")
+        )
+        actor.wait_ready(timeout=timeout_s)
+        rollout.wait_ready(timeout=timeout_s)
+        return {"actor": actor, "rollout": rollout, "env": env}
+
+    def build_runner(
+        self,
+        cfg: EmbodiedConfig,
+        cluster: Cluster,
+        groups: Mapping[str, Any],
+        *,
+        on_step: OnStep | None = None,
+    ) -> EmbodiedRunner:
+        """The :class:`EmbodiedRunner` of ``cfg`` over launched groups."""
+        return EmbodiedRunner(
+            cfg.runner,
+            actor=groups["actor"],
+            rollout=groups["rollout"],
+            env=groups["env"],
+            rollout_epoch=cfg.algorithm.rollout_epoch,
+            run_config=unstructure_config(cfg),
+            on_step=on_step,
+        )
+
+
+def _actor_worker_class() -> type[Worker]:
+    # rlinf_models loads its worker (torch, FSDP) on first use, through a module __getattr__.
+    from rlinf_models import EmbodiedActorWorker
+
+    cls: type[Worker] = EmbodiedActorWorker
+    return cls

@@ -1,0 +1,298 @@
+"""What the reasoning and agent apps share: data paths, placement, checks, group launch and runner inputs.
+
+Both run an LLM actor, an LLM rollout (plain or multi-turn) and a reward group, placed through
+``ModelParallelComponentPlacement``: actor and rollout on the same slots (collocated, taking turns and
+offloading between phases when ``enable_offload`` asks for it) or on disjoint ones (disaggregated).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
+from rlinf_core.data import ChatPromptEncoder, DataConfig, PromptDataset, load_prompt_dataset
+from rlinf_core.rewards import RewardConfig, RewardWorker
+from rlinf_models.llm import (
+    LLMActorConfig,
+    actor_data_parallel_size,
+    actor_worker_class,
+    actor_worker_kwargs,
+    check_training_backend,
+    training_backend_problems,
+)
+from rlinf_rollout.llm import LLMRolloutConfig
+from rlinf_scheduler import (
+    Cluster,
+    ClusterConfig,
+    ClusterView,
+    ModelParallelComponentPlacement,
+    StaticClusterView,
+    Worker,
+)
+
+from .._config import RunnerConfig
+from .._reasoning import SFTConfig
+from ._app import App, WorkerClasses
+
+__all__ = ["LLMApp"]
+
+
+class _LLMRootConfig(Protocol):
+    @property
+    def cluster(self) -> ClusterConfig: ...
+    @property
+    def runner(self) -> RunnerConfig: ...
+    @property
+    def algorithm(self) -> AlgorithmConfig: ...
+    @property
+    def actor(self) -> LLMActorConfig: ...
+    @property
+    def rollout(self) -> LLMRolloutConfig: ...
+    @property
+    def reward(self) -> RewardConfig: ...
+    @property
+    def data(self) -> DataConfig: ...
+    @property
+    def sft(self) -> SFTConfig: ...
+
+
+L = TypeVar("L", bound=_LLMRootConfig)
+
+_DATA_KEYS = ("train_path", "eval_path", "sft_path")
+
+
+class LLMApp(App[L], abc.ABC):
+    """The shared part of the reasoning and agent apps (actor, rollout and reward groups)."""
+
+    components = ("actor", "rollout", "reward")
+    launch_timeout_s: ClassVar[float] = 600.0
+    """How long the launch waits for the groups to load their models."""
+    sft_requires_solution: ClassVar[bool] = True
+    """Whether the rows of ``data.sft_path`` must carry a worked solution."""
+
+    # ----------------------------------------------------------------------------------- paths and data
+    def resolve_data_path(self, path: str) -> Path:
+        """A data path as given (absolute, or relative to the working directory) when it exists there.
+
+        Otherwise relative to the app directory, where the shipped configs' ``data/...`` paths point.
+        """
+        p = Path(path).expanduser()
+        if p.is_absolute() or p.exists():
+            return p
+        in_app = self.app_dir / p
+        return in_app if in_app.exists() else p
+
+    def load_datasets(self, cfg: L) -> dict[str, PromptDataset | None]:
+        """Read the train / eval / SFT files of ``cfg.data`` (``None`` for the unset ones)."""
+        d = cfg.data
+
+        def load(path: str | None, *, require_solution: bool = False) -> PromptDataset | None:
+            if not path:
+                return None
+            return load_prompt_dataset(
+                self.resolve_data_path(path),
+                prompt_key=d.prompt_key,
+                messages_key=d.messages_key,
+                answer_key=d.answer_key,
+                solution_key=d.solution_key,
+                require_solution=require_solution,
+            )
+
+        return {
+            "train": load(d.train_path),
+            "eval": load(d.eval_path),
+            "sft": load(d.sft_path, require_solution=self.sft_requires_solution),
+        }
+
+    # ------------------------------------------------------------------------------------------- checks
+    def world_sizes(self, cfg: L, cluster: Cluster | None = None) -> dict[str, int] | None:
+        """Processes per component: from ``cluster``, or on paper for simulated slots (else ``None``).
+
+        Raises:
+            ValueError: for an invalid placement, one that leaves out actor, rollout or reward, or actor and
+                rollout that neither share their slots nor use disjoint ones.
+        """
+        self.placed_components(cfg)
+        view: ClusterView | None = cluster
+        if view is None and cfg.cluster.simulated_accelerators_per_node > 0:
+            view = StaticClusterView(
+                num_nodes=cfg.cluster.num_nodes, accelerators=cfg.cluster.simulated_accelerators_per_node
+            )
+        if view is None:
+            return None
+        placement = ModelParallelComponentPlacement(cfg.cluster, view)
+        return {c: placement.get_world_size(c) for c in self.components}
+
+    @abc.abstractmethod
+    def section_problems(self, cfg: L) -> list[str]:
+        """The app's own cross-section problems (those that do not depend on the placement)."""
+
+    def _data_problems(self, cfg: L) -> list[str]:
+        data, problems = cfg.data, []
+        if not data.train_path:
+            problems.append(
+                f"data.train_path is required (a JSONL / Parquet file; see {self._prepare_hint()})"
+            )
+        for key in _DATA_KEYS:
+            value = getattr(data, key)
+            if value and not self.resolve_data_path(value).is_file():
+                problems.append(
+                    f"data.{key}: {value!r} does not exist, as given or under {self.app_dir} "
+                    f"(generate it with {self._prepare_hint()})"
+                )
+        if cfg.sft.steps > 0 and not data.sft_path:
+            problems.append(
+                f"sft.steps is {cfg.sft.steps} but data.sft_path is not set (the warm-up needs demonstrations)"
+            )
+        if cfg.runner.val_check_interval > 0 and not data.eval_path:
+            problems.append("runner.val_check_interval > 0 needs data.eval_path (or set it to -1)")
+        return problems
+
+    def _prepare_hint(self) -> str:
+        return f"`uv run apps/{self.name}/prepare_data.py`"
+
+    def _batch_problems(self, cfg: L, ws: Mapping[str, int] | None) -> list[str]:
+        problems = training_backend_problems(
+            cfg.actor, loss_type=cfg.algorithm.loss_type, world_size=None if ws is None else ws["actor"]
+        )
+        dp = _data_parallel_ranks(cfg.actor, ws)
+        if dp is None:
+            return problems
+        gbs, mbs = cfg.actor.global_batch_size, cfg.actor.micro_batch_size
+        fsdp = cfg.actor.training_backend == "fsdp"
+        what = "actor ranks" if fsdp else "data-parallel actor ranks"
+        if gbs % (mbs * dp):
+            problems.append(
+                f"actor.global_batch_size ({gbs}) must be a multiple of actor.micro_batch_size ({mbs}) x {what} ({dp})"
+            )
+        if cfg.sft.steps > 0:
+            # FSDP splits an SFT batch over its ranks; Megatron over its data-parallel replicas, in micro-batches.
+            unit = dp if fsdp else mbs * dp
+            if cfg.sft.batch_size % unit:
+                of = f"the actor ranks ({dp})" if fsdp else f"actor.micro_batch_size ({mbs}) x {what} ({dp})"
+                problems.append(f"sft.batch_size ({cfg.sft.batch_size}) must be a multiple of {of}")
+        return problems
+
+    def check(self, cfg: L, world_sizes: Mapping[str, int] | None = None) -> None:
+        """Checks that span sections (data files, the app's own, batch sizes vs ranks, placement, backend).
+
+        Raises:
+            ConfigError: listing every problem with its dotted path.
+            ImportError: ``actor.training_backend: megatron`` without megatron-core (names the extra).
+        """
+        problems = self._data_problems(cfg) + self.section_problems(cfg)
+        try:
+            ws = world_sizes or self.world_sizes(cfg)
+        except ValueError as e:
+            raise ConfigError([str(e), *problems], "cluster.component_placement") from None
+        problems += self._batch_problems(cfg, ws)
+        if problems:
+            raise ConfigError(problems, f"the {self.name} config")
+        check_training_backend(cfg.actor)
+
+    def check_evaluation(self, cfg: L) -> None:
+        """An evaluation needs the held-out prompts of ``data.eval_path``.
+
+        Raises:
+            ConfigError: when ``data.eval_path`` is not set.
+        """
+        if not cfg.data.eval_path:
+            raise ConfigError(
+                ["data.eval_path is not set: nothing to evaluate on"], f"the {self.name} config"
+            )
+
+    # ----------------------------------------------------------------------------------- launch and run
+    @abc.abstractmethod
+    def rollout_group(self, cfg: L) -> tuple[type[Worker], tuple[Any, ...], dict[str, Any]]:
+        """The rollout worker class and its ``create_group`` arguments."""
+
+    def launch(
+        self, cfg: L, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
+    ) -> dict[str, Any]:
+        """Place and launch the actor, rollout and reward groups; wait until they are ready.
+
+        Returns:
+            ``{"actor": group, "rollout": group, "reward": group}``.
+        """
+        classes = dict(worker_classes or {})
+        placement = ModelParallelComponentPlacement(cfg.cluster, cluster)
+        self.check(cfg, {c: placement.get_world_size(c) for c in self.components})
+        actor = (
+            (classes.get("actor") or actor_worker_class(cfg.actor))
+            .create_group(
+                cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps, **actor_worker_kwargs(cfg.actor)
+            )
+            .launch(cluster, placement.get_strategy("actor"), name="actor")
+        )
+        rollout_cls, args, kwargs = self.rollout_group(cfg)
+        rollout = (
+            classes.get("rollout", rollout_cls)
+            .create_group(*args, **kwargs)
+            .launch(cluster, placement.get_strategy("rollout"), name="rollout")
+        )
+        reward = (
+            classes.get("reward", RewardWorker)
+            .create_group(cfg.reward)
+            .launch(cluster, placement.get_strategy("reward"), name="reward")
+        )
+        for group in (actor, rollout, reward):
+            group.wait_ready(timeout=self.launch_timeout_s)
+        return {"actor": actor, "rollout": rollout, "reward": reward}
+
+    def system_prompt(self, cfg: L) -> str | None:
+        """The system message of every prompt (``data.system_prompt``)."""
+        return cfg.data.system_prompt
+
+    def runner_inputs(self, cfg: L, cluster: Cluster, groups: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments the reasoning and agent runners share (loads the tokenizer and the data)."""
+        import torch
+        from rlinf_models.llm import load_tokenizer
+
+        datasets = self.load_datasets(cfg)
+        train = datasets["train"]
+        if train is None:  # excluded by check(): data.train_path is required
+            raise ConfigError(["data.train_path is required"], f"the {self.name} config")
+        encoder = ChatPromptEncoder(
+            load_tokenizer(cfg.actor.model),
+            system_prompt=self.system_prompt(cfg),
+            use_chat_template=cfg.data.use_chat_template,
+        )
+        sampling: dict[str, Any] = unstructure_config(cfg.rollout.sampling)
+        collocated = ModelParallelComponentPlacement(cfg.cluster, cluster).is_collocated
+        actor_ranks = int(groups["actor"].world_size)
+
+        def to_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: torch.from_numpy(v) for k, v in batch.items()}
+
+        return {
+            "actor": groups["actor"],
+            "rollout": groups["rollout"],
+            "reward": groups["reward"],
+            "algorithm": cfg.algorithm,
+            "data": cfg.data,
+            "encoder": encoder,
+            "train_data": train,
+            "eval_data": datasets["eval"],
+            "sampling": sampling,
+            "eval_sampling": {**sampling, "temperature": 0.0},
+            "sft": cfg.sft,
+            "sft_data": datasets["sft"],
+            "to_batch": to_batch,
+            # Offloading frees the devices for the other component; with disjoint slots there is none.
+            "offload": collocated and (cfg.actor.enable_offload or cfg.rollout.enable_offload),
+            "batch_multiple": cfg.actor.micro_batch_size * actor_data_parallel_size(cfg.actor, actor_ranks),
+            "run_config": unstructure_config(cfg),
+        }
+
+
+def _data_parallel_ranks(actor: LLMActorConfig, ws: Mapping[str, int] | None) -> int | None:
+    """Actor ranks that split the batch rows (``None``: unknown, or a Megatron layout that does not fit)."""
+    if ws is None:
+        return None
+    try:
+        return actor_data_parallel_size(actor, ws["actor"])
+    except ValueError:  # reported by training_backend_problems
+        return None
