@@ -9,25 +9,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 from rlinf_core.config import ConfigField, config_reference
+from rlinf_runners.apps import APPS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "config.md"
 COMMAND = "uv run python scripts/gen_config_reference.py"
-
-APP_CONFIG_FILES: dict[str, tuple[str, str]] = {
-    "embodied": ("apps/embodied/config.py", "EmbodiedConfig"),
-    "reasoning": ("apps/reasoning/config.py", "ReasoningConfig"),
-    "agent": ("apps/agent/config.py", "AgentAppConfig"),
-}
-"""Where each app's root config class lives while the apps are ``apps/*/config.py`` files:
-``app -> (file, class name)``. Once ``rlinf_runners.apps`` exists, its ``APPS`` registry is the list."""
 
 HEADER = f"""# Configuration reference
 
@@ -42,25 +32,9 @@ paragraph of the field's docstring. `key[]` rows describe each member of a list.
 """
 
 
-def _load(app: str, relpath: str) -> ModuleType:
-    name = f"_rlinf_app_{app}_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {relpath}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # the class source (attribute docstrings) is found through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 def root_classes() -> dict[str, type]:
-    """The root config class of every app, by app name (``rlinf_runners.apps.APPS``, else the app files)."""
-    if importlib.util.find_spec("rlinf_runners.apps") is not None:
-        apps = importlib.import_module("rlinf_runners.apps").APPS
-        return {name: app.config_cls for name, app in apps.items()}
-    return {app: getattr(_load(app, path), cls) for app, (path, cls) in APP_CONFIG_FILES.items()}
+    """The root config class of every app, by app name (``rlinf_runners.apps.APPS``)."""
+    return {name: app.config_cls for name, app in APPS.items()}
 
 
 def _missing(field: ConfigField) -> str:

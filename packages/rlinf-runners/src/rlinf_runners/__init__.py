@@ -5,9 +5,10 @@ command line of ``apps/*/train.py`` and ``eval.py``. The runners (and with them 
 the command line can prepare the process before Ray is imported.
 """
 
-from importlib import import_module
 from importlib.metadata import version as _version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._config import LoggerConfig, RunnerConfig
 
@@ -18,26 +19,22 @@ if TYPE_CHECKING:
 
 __version__ = _version("rlinf-runners")
 
-_LAZY = {
-    "AGENT_ADV_TYPES": "._agent",
-    "AgentRunner": "._agent",
-    "TurnRewardConfig": "._agent",
-    "turn_advantages": "._agent",
-    "EmbodiedRunner": "._embodied",
-    "GroupLike": "._embodied",
-    "RunResult": "._embodied",
-    "REASONING_ADV_TYPES": "._reasoning",
-    "ReasoningRunner": "._reasoning",
-    "SFTConfig": "._reasoning",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # The runners pull in Ray (through rlinf_scheduler): loaded on first use (see the module docstring).
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlinf_runners' has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+# The runners pull in Ray (through rlinf_scheduler): loaded on first use (see the module docstring).
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "AGENT_ADV_TYPES": "._agent",
+        "AgentRunner": "._agent",
+        "TurnRewardConfig": "._agent",
+        "turn_advantages": "._agent",
+        "EmbodiedRunner": "._embodied",
+        "GroupLike": "._embodied",
+        "RunResult": "._embodied",
+        "REASONING_ADV_TYPES": "._reasoning",
+        "ReasoningRunner": "._reasoning",
+        "SFTConfig": "._reasoning",
+    },
+)
 
 
 __all__ = [

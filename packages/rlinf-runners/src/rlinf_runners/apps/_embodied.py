@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
-from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, prepare_process_env
+from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, env_config_problems, prepare_process_env
 from rlinf_models import EmbodiedActorConfig
 from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
@@ -112,10 +112,12 @@ class EmbodiedApp(App[EmbodiedConfig]):
     def check(self, cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | None = None) -> None:
         """Checks that span sections (batch sizes vs collected samples, env splits, groups, chunks).
 
+        The env types and ids are checked by their owner, ``rlinf_envs.env_config_problems``, in the same pass.
+
         Raises:
             ConfigError: listing every problem with its dotted path.
         """
-        problems: list[str] = []
+        problems = env_config_problems(cfg.env)
         try:
             ws = world_sizes or self.world_sizes(cfg)
         except ValueError as e:
