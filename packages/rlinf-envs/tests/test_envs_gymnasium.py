@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
@@ -87,3 +88,44 @@ def test_env_config_problems_name_unknown_ids_with_the_registered_ones() -> None
     assert train.startswith("env.train.env_id: 'CartPol-v1' is not a registered gymnasium environment")
     assert "did you mean 'CartPole-v1'" in train and "Pendulum-v1" in train
     assert evaluation == "env.eval.env_id: module 'gym_nothing' of 'gym_nothing:Thing-v0' is not installed"
+
+
+def _continue(env: GymnasiumVecEnv, actions: np.ndarray, chunks: int) -> list[tuple[np.ndarray, ...]]:
+    out = []
+    for _ in range(chunks):
+        res = env.chunk_step(actions)
+        out.append(
+            (res.obs, res.rewards, res.terminations, res.truncations, res.final_obs, res.episodes.returns)
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env_id", "actions"),
+    [
+        ("CartPole-v1", np.tile([[0, 1, 1]], (4, 1))),
+        ("HalfCheetah-v5", np.linspace(-1.0, 1.0, 4 * 3 * 6).reshape(4, 3, 6)),
+    ],
+)
+def test_state_round_trip_continues_episodes_bit_for_bit(env_id: str, actions: np.ndarray) -> None:
+    """A fresh env given get_state() mid-episode continues exactly like the original (auto-resets included)."""
+    original = GymnasiumVecEnv(env_id, 4, group_size=2, max_episode_steps=11)
+    original.reset(seed=5)
+    _continue(original, actions, 2)
+    state = pickle.loads(pickle.dumps(original.get_state()))  # what a checkpoint stores
+    copy = GymnasiumVecEnv(env_id, 4, group_size=2, max_episode_steps=11)
+    copy.reset(seed=99)  # different episodes, replaced by the state
+    copy.set_state(state)
+    # 8 more chunks cross the 11-step time limit: auto-resets draw from each env's restored RNG.
+    expected, got = _continue(original, actions, 8), _continue(copy, actions, 8)
+    for e, g in zip(expected, got, strict=True):
+        for a, b in zip(e, g, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any(e[5] for e in expected)  # episodes did end (and restart) after the restore
+    np.testing.assert_array_equal(original.reset(), copy.reset())  # unseeded resets use the restored RNGs
+
+
+def test_set_state_refuses_another_env() -> None:
+    state = GymnasiumVecEnv("CartPole-v1", 2).get_state()
+    with pytest.raises(ValueError, match=r"\('CartPole-v1', 2\) cannot be loaded into a GymnasiumVecEnv of"):
+        GymnasiumVecEnv("CartPole-v1", 4).set_state(state)

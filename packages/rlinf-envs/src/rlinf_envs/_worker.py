@@ -13,11 +13,14 @@ reply: ``{"actions", "logprobs" [n, C*D], "values" [n, 1], "final_values" [n, 1]
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from rlinf_algos import compute_loss_mask
+from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, EpisodeStats, VecEnv
 from rlinf_scheduler import Channel, Worker, peer_slices
@@ -25,7 +28,10 @@ from rlinf_scheduler import Channel, Worker, peer_slices
 from ._config import EnvConfig, VecEnvConfig
 from ._factory import make_vec_env
 
-__all__ = ["EnvWorker"]
+__all__ = ["CHECKPOINT_SUBDIR", "EnvWorker"]
+
+CHECKPOINT_SUBDIR = "env"
+"""Where :meth:`EnvWorker.save_checkpoint` writes inside a checkpoint directory (one file per rank)."""
 
 
 def split_envs(cfg: VecEnvConfig, world_size: int, stages: int, what: str) -> int:
@@ -171,6 +177,64 @@ class EnvWorker(Worker):
                 self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
         self._send_end(rollout_group, peers)
         return {"returns": stats.returns, "lengths": stats.lengths, "successes": stats.successes}
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's training envs mid-episode, picklable.
+
+        Every stage's env state, observation and done flags, the reset counter that seeds the next rollout's
+        episodes (``auto_reset`` off) and the process RNGs. The evaluation envs hold no state between evaluations (each starts from a fixed seed).
+        """
+        return {
+            "world_size": self.world_size,
+            "resets": self._resets,
+            "stages": [
+                {"seed": st.seed, "env": st.env.get_state(), "obs": st.obs.copy(), "dones": st.dones.copy()}
+                for st in self._train
+            ],
+            "rng": capture_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; raises ``ValueError`` if it was saved with another env layout."""
+        stages = state["stages"]
+        layout = (state["world_size"], len(stages), [st["seed"] for st in stages])
+        mine = (self.world_size, self.stages, [st.seed for st in self._train])
+        if layout != mine:
+            raise ValueError(
+                f"env state saved with (env ranks, pipeline stages, stage seeds)={layout} cannot be loaded into "
+                f"{mine}: resume with the env.train.total_num_envs, env.train.seed, env ranks and "
+                f"rollout.pipeline_stage_num the checkpoint was written with"
+            )
+        for st, saved in zip(self._train, stages, strict=True):
+            st.env.set_state(saved["env"])
+            st.obs = np.asarray(saved["obs"]).copy()
+            st.dones = np.asarray(saved["dones"]).copy()
+        self._resets = int(state["resets"])
+        restore_rng_state(state["rng"])
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write :meth:`state_dict` to ``<path>/env/rank<R>.pkl`` (atomically; call it on every rank)."""
+        atomic_write_bytes(self._state_file(path), pickle.dumps(self.state_dict()))
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote under ``path``; call it on every rank.
+
+        A checkpoint without env state (written before env state was checkpointed) leaves the envs as they
+        are, with a warning: the run continues, but not exactly as an uninterrupted one would.
+        """
+        file = self._state_file(path)
+        if not file.is_file():
+            if not file.parent.exists():
+                self.log_warning("no env state in %s: the envs start fresh episodes", path)
+                return
+            raise FileNotFoundError(
+                f"{file} is missing: the checkpoint holds env state for another number of env ranks"
+            )
+        self.load_state_dict(pickle.loads(file.read_bytes()))
+
+    def _state_file(self, path: str) -> Path:
+        return Path(path) / CHECKPOINT_SUBDIR / f"rank{self.rank}.pkl"
 
     # ------------------------------------------------------------------------------------------ internals
     def _rollout_epoch(

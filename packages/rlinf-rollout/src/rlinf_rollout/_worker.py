@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.protocols import EnvSpec, receive_weights
 from rlinf_models.policies import PolicyConfig, build_policy
 from rlinf_scheduler import Worker, peer_slices
 
 from ._config import EmbodiedRolloutConfig
 
-__all__ = ["EmbodiedRolloutWorker"]
+__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedRolloutWorker"]
+
+CHECKPOINT_SUBDIR = "rollout"
+"""Where :meth:`EmbodiedRolloutWorker.save_checkpoint` writes inside a checkpoint directory."""
 
 
 class EmbodiedRolloutWorker(Worker):
@@ -85,6 +90,30 @@ class EmbodiedRolloutWorker(Worker):
     def onload(self) -> None:
         """Move the policy back to this rank's accelerator (the CPU when there is none)."""
         self.policy.to(_device())
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write this rank's RNG states to ``<path>/rollout/rng_rank<R>.pkl`` atomically (call it on every rank).
+
+        Training actions are sampled from torch's global generator; the weights are the actor's to save.
+        """
+        atomic_write_bytes(self._rng_file(path), capture_rng_state())
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore the RNG states :meth:`save_checkpoint` wrote.
+
+        A checkpoint without them (an older one, or one written with fewer rollout ranks) keeps the current
+        state, with a warning.
+        """
+        file = self._rng_file(path)
+        if file.is_file():
+            restore_rng_state(file.read_bytes())
+        else:
+            self.log_warning(
+                "no rollout RNG state at %s: sampled actions differ from an uninterrupted run", file
+            )
+
+    def _rng_file(self, path: str) -> Path:
+        return Path(path) / CHECKPOINT_SUBDIR / f"rng_rank{self.rank}.pkl"
 
     def generate(self, env_group: str, mode: Literal["train", "eval"] = "train") -> int:
         """Serve the env ranks until each sent its end marker for every stage; returns the requests served."""

@@ -3,12 +3,17 @@
 A vectorised env holds ``num_envs`` independent environments stepped together with ACTION CHUNKS: the
 policy emits ``C`` actions per env and the env executes them in order (``chunk_step``). Environments come in
 groups of ``group_size`` consecutive envs that share their initial state on ``reset`` (GRPO-style groups).
+
+A vectorised env can hand out its whole state (``get_state``) and take it back (``set_state``): simulator
+state, each env's random generator, the in-progress episodes and their running returns. A run resumed from a
+checkpoint restores it, so the first rollout after the resume continues the episodes the interrupted run was
+in, exactly as an uninterrupted run would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -93,6 +98,18 @@ class VecEnv(Protocol):
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         """Execute ``actions`` ``[N, C]`` (discrete) or ``[N, C, action_dim]`` (continuous)."""
+        ...
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything the next ``chunk_step`` results depend on, as a picklable dict.
+
+        Restoring it with :meth:`set_state` (on this env or on a fresh one built with the same arguments) makes
+        the following ``reset``/``chunk_step`` calls return bit-identical observations, rewards and flags.
+        """
+        ...
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned; raises ``ValueError`` if it belongs to a different env."""
         ...
 
     def close(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +34,35 @@ def _spec_of(env: Any) -> EnvSpec:
             action_high=tuple(float(x) for x in act_space.high),
         )
     raise ValueError(f"action space {act_space} is not supported (Discrete or 1-D Box)")
+
+
+def _snapshot(env: Any) -> bytes:
+    """One env's full state: the wrapper chain (time-limit counters, ...), its RNG and its MuJoCo data.
+
+    Pickling the wrapper chain alone is not enough for every env: MuJoCo envs pickle as their constructor
+    arguments (gymnasium's ``EzPickle``), so the physics state (``MjData``: positions, velocities, warm start,
+    time) and the env's ``np_random`` are stored beside it and copied into the rebuilt env on restore.
+    """
+    base = env.unwrapped
+    data = getattr(base, "data", None)
+    return pickle.dumps(
+        {
+            "env": env,
+            "np_random": base.np_random,
+            "mj_data": data if type(data).__module__.startswith("mujoco") else None,
+        }
+    )
+
+
+def _restore(blob: bytes) -> Any:
+    snap = pickle.loads(blob)
+    env = snap["env"]
+    base = env.unwrapped
+    base.np_random = snap["np_random"]
+    if snap["mj_data"] is not None:
+        # The rebuilt env imported mujoco already; mj_copyData copies every field bit for bit.
+        sys.modules["mujoco"].mj_copyData(base.data, base.model, snap["mj_data"])
+    return env
 
 
 class GymnasiumVecEnv:
@@ -150,6 +181,42 @@ class GymnasiumVecEnv:
             if not (terms[i, -1] or truncs[i, -1]):
                 final_obs[i] = self._obs[i]
         return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+
+    def get_state(self) -> dict[str, Any]:
+        """Every env (wrappers, RNG, simulator state) and the running episode bookkeeping, picklable.
+
+        Works for any env whose wrapper chain pickles (every gymnasium env registered by class, e.g. the
+        classic-control and MuJoCo ones); :meth:`set_state` of a fresh ``GymnasiumVecEnv`` built with the same
+        arguments then continues the in-progress episodes bit for bit.
+        """
+        return {
+            "env_id": self.env_id,
+            "num_envs": self.num_envs,
+            "envs": [_snapshot(env) for env in self._envs],
+            "obs": self._obs.copy(),
+            "ret": self._ret.copy(),
+            "len": self._len.copy(),
+            "finished": self._finished.copy(),
+            "was_reset": self._was_reset,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`; raises ``ValueError`` if it is the state of another env id or size."""
+        mine = (self.env_id, self.num_envs)
+        theirs = (state.get("env_id"), state.get("num_envs"))
+        if theirs != mine:
+            raise ValueError(
+                f"env state of (env_id, num_envs)={theirs} cannot be loaded into a GymnasiumVecEnv of {mine}"
+            )
+        envs = [_restore(blob) for blob in state["envs"]]
+        for env in self._envs:
+            env.close()
+        self._envs = envs
+        self._obs[:] = state["obs"]
+        self._ret[:] = state["ret"]
+        self._len[:] = state["len"]
+        self._finished[:] = state["finished"]
+        self._was_reset = bool(state["was_reset"])
 
     def close(self) -> None:
         """Close every env."""

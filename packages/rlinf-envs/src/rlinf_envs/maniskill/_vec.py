@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Mapping
 from functools import partial
@@ -13,6 +14,7 @@ try:
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401  (registers the ManiSkill tasks with gymnasium)
     import torch
+    from mani_skill.envs.utils.randomization.batched_rng import BatchedRNG
     from mani_skill.utils import assets as ms_assets
     from mani_skill.utils.registration import REGISTERED_ENVS
 except ImportError as e:  # pragma: no cover - exercised by the extra-missing test
@@ -39,6 +41,60 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _to_cpu(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    return tree.detach().cpu().clone() if isinstance(tree, torch.Tensor) else copy.deepcopy(tree)
+
+
+def _base_state(base: Any) -> dict[str, Any]:
+    """A ManiSkill env's state: simulator (actors, articulations), controller, step counters and RNGs."""
+    return {
+        "sim": _to_cpu(base.get_state_dict()),
+        "elapsed_steps": base._elapsed_steps.detach().cpu().clone(),
+        "rng": _rng_state(base),
+    }
+
+
+def _set_base_state(base: Any, state: Mapping[str, Any]) -> None:
+    sim = dict(state["sim"])
+    controller = sim.pop("controller", None)
+    base.set_state_dict(sim)  # actors and articulations only; the controller's targets separately
+    if controller is not None:
+        base.agent.set_controller_state(controller)
+    base._elapsed_steps[:] = state["elapsed_steps"].to(base._elapsed_steps.device)
+    _set_rng_state(base, state["rng"])
+
+
+def _rng_state(base: Any) -> dict[str, Any]:
+    """ManiSkill's seeds and generators; its ``BatchedRNG`` cannot be copied whole, its ``rngs`` list can."""
+    return copy.deepcopy(
+        {
+            "main_seed": base._main_seed,
+            "main_rng": base._main_rng,
+            "episode_seed": base._episode_seed,
+            "batched_main": None if base._batched_main_rng is None else list(base._batched_main_rng.rngs),
+            "batched_episode": (
+                None if base._batched_episode_rng is None else list(base._batched_episode_rng.rngs)
+            ),
+        }
+    )
+
+
+def _set_rng_state(base: Any, state: Mapping[str, Any]) -> None:
+    state = copy.deepcopy(dict(state))
+    base._main_seed, base._main_rng, base._episode_seed = (
+        state["main_seed"],
+        state["main_rng"],
+        state["episode_seed"],
+    )
+    if state["batched_main"] is not None:
+        base._batched_main_rng = BatchedRNG.from_rngs(state["batched_main"])
+    if state["batched_episode"] is not None:
+        base._batched_episode_rng = BatchedRNG.from_rngs(state["batched_episode"])
+        base._episode_rng = base._batched_episode_rng[0]  # an alias, as ManiSkill sets it
+
+
 class _SingleEnv(gym.Wrapper[np.ndarray, np.ndarray, Any, Any]):
     """One ManiSkill env (``num_envs=1``, CPU sim) as a plain gymnasium env: unbatched numpy in and out.
 
@@ -60,6 +116,15 @@ class _SingleEnv(gym.Wrapper[np.ndarray, np.ndarray, Any, Any]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, _ = self.env.reset(seed=seed, options=options)
         return _to_numpy(obs)[0].astype(np.float32, copy=False), {}
+
+    @property
+    def rlinf_state(self) -> dict[str, Any]:
+        """This env's full state (read and written through the vector env's ``get_attr``/``set_attr``)."""
+        return _base_state(self.env.unwrapped)
+
+    @rlinf_state.setter
+    def rlinf_state(self, state: Mapping[str, Any]) -> None:
+        _set_base_state(self.env.unwrapped, state)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         obs, rew, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32)[None])
@@ -146,6 +211,12 @@ class _CpuSim:
             success,
         )
 
+    def get_state(self) -> list[dict[str, Any]]:
+        return list(self._vec.get_attr("rlinf_state"))
+
+    def set_state(self, states: list[dict[str, Any]]) -> None:
+        self._vec.set_attr("rlinf_state", list(states))
+
     def close(self) -> None:
         self._vec.close()
 
@@ -200,6 +271,12 @@ class _GpuSim:
         term_np = _to_numpy(term).astype(bool).reshape(self._n) & (not self._ignore_terminations)
         trunc_np = _to_numpy(trunc).astype(bool).reshape(self._n)
         return _to_numpy(obs).astype(np.float32, copy=False), _to_numpy(rew), term_np, trunc_np, success
+
+    def get_state(self) -> list[dict[str, Any]]:
+        return [_base_state(self._base)]
+
+    def set_state(self, states: list[dict[str, Any]]) -> None:
+        _set_base_state(self._base, states[0])
 
     def close(self) -> None:
         self._env.close()
@@ -453,6 +530,48 @@ class ManiSkillVecEnv:
         last_done = terms[:, -1] | truncs[:, -1]
         final_obs[~last_done] = self._obs[~last_done]
         return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+
+    def get_state(self) -> dict[str, Any]:
+        """Simulator, controller, step counters and RNGs of every env plus the episode bookkeeping, picklable.
+
+        :meth:`set_state` of a ``ManiSkillVecEnv`` built with the same arguments continues the in-progress
+        episodes. On the CPU sim (tested) the episode in progress matches to float32 rounding (~1e-7: SAPIEN
+        recomputes the robot's link poses from the restored joint positions) and every later episode bit for
+        bit; the GPU-batched path uses the same ManiSkill state API but was not run here.
+        """
+        self._check_open()
+        return {
+            "env_id": self.env_id,
+            "num_envs": self.num_envs,
+            "sim_backend": self.sim_backend,
+            "sim": self._sim.get_state(),
+            "obs": self._obs.copy(),
+            "ret": self._ret.copy(),
+            "len": self._len.copy(),
+            "success": self._success.copy(),
+            "finished": self._finished.copy(),
+            "seed_rngs": copy.deepcopy(self._seed_rngs),
+            "was_reset": self._was_reset,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`; raises ``ValueError`` if it is the state of another task, size or backend."""
+        self._check_open()
+        mine = (self.env_id, self.num_envs, self.sim_backend)
+        theirs = (state.get("env_id"), state.get("num_envs"), state.get("sim_backend"))
+        if theirs != mine:
+            raise ValueError(
+                f"env state of (env_id, num_envs, sim_backend)={theirs} cannot be loaded into a ManiSkillVecEnv "
+                f"of {mine}"
+            )
+        self._sim.set_state(state["sim"])
+        self._obs[:] = state["obs"]
+        self._ret[:] = state["ret"]
+        self._len[:] = state["len"]
+        self._success[:] = state["success"]
+        self._finished[:] = state["finished"]
+        self._seed_rngs = copy.deepcopy(state["seed_rngs"])
+        self._was_reset = bool(state["was_reset"])
 
     def _check_open(self) -> None:
         if self._closed:
