@@ -81,3 +81,18 @@ def test_lr_scale() -> None:
     assert lr_scale("linear", 5, 10) == 0.5
     assert lr_scale("linear", 20, 10) == 0.0
     assert lr_scale("linear", 5, None) == 1.0
+
+
+def test_resumed_schedule_keeps_the_total_it_started_with_unless_reset() -> None:
+    from rlinf_models.actor import lr_scale, resumed_schedule_total
+
+    warnings: list[str] = []
+    assert resumed_schedule_total(4, 4, reset=False, warn=warnings.append) == 4
+    assert resumed_schedule_total(None, 8, reset=False, warn=warnings.append) == 8  # older checkpoint
+    assert warnings == []
+    kept = resumed_schedule_total(4, 8, reset=False, warn=warnings.append)
+    assert kept == 4 and lr_scale("linear", 2, kept) == 0.5  # the decay the 4-step run would have had
+    assert "had 4 training steps, this run has 8" in warnings[-1] and "keeps its total of 4" in warnings[-1]
+    assert "actor.optim.reset_lr_schedule_on_resume=true" in warnings[-1]
+    assert resumed_schedule_total(4, 8, reset=True, warn=warnings.append) == 8
+    assert "rebuilt over 8" in warnings[-1] and len(warnings) == 2

@@ -37,6 +37,10 @@ class OptimConfig:
     """Max global gradient norm (null: no clipping)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """``linear`` decays both learning rates to 0 over ``runner.max_steps`` training steps."""
+    reset_lr_schedule_on_resume: bool = False
+    """On a resume whose step budget (``runner.max_steps`` / ``max_epochs``) differs from the checkpoint's run:
+    ``false`` keeps the schedule the run started with, ``true`` rebuilds it over the new budget (a warning names
+    both totals either way)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -8,6 +8,7 @@ from ._schedule import (
     lr_scale,
     mean_over_ranks,
     micro_batches,
+    resumed_schedule_total,
     run_update,
     shuffled_minibatches,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "lr_scale",
     "mean_over_ranks",
     "micro_batches",
+    "resumed_schedule_total",
     "run_update",
     "shuffled_minibatches",
 ]

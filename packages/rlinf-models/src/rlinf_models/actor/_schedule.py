@@ -183,3 +183,40 @@ def lr_scale(schedule: str, train_steps: int, total_steps: int | None) -> float:
     if schedule == "linear" and total_steps:
         return max(0.0, 1.0 - train_steps / total_steps)
     return 1.0
+
+
+def resumed_schedule_total(
+    saved: int | None, configured: int | None, *, reset: bool, warn: Callable[[str], object]
+) -> int | None:
+    """The learning-rate schedule total a resumed run uses: the one it started with, unless told otherwise.
+
+    A resume whose ``runner.max_steps`` / ``max_epochs`` gives another total than the checkpoint's run keeps the
+    saved total (the decay continues as the interrupted run would have), or, with ``reset``
+    (``actor.optim.reset_lr_schedule_on_resume``), rebuilds it over the new total; either way ``warn`` is
+    called with a message naming both totals.
+
+    Args:
+        saved: the total stored in the checkpoint (``None``: an older checkpoint without one; ``configured``
+            is used silently).
+        configured: the total of the resumed run's configuration.
+        reset: use ``configured`` instead of ``saved``.
+        warn: receives the warning text (e.g. a worker's ``log_warning``).
+
+    Returns:
+        The total the schedule uses from now on.
+    """
+    if saved is None or saved == configured:
+        return configured
+    if reset:
+        warn(
+            f"resume changes the step budget: the checkpoint's run had {saved} training steps, this run has "
+            f"{configured}; the learning-rate schedule is rebuilt over {configured} "
+            f"(actor.optim.reset_lr_schedule_on_resume=true)"
+        )
+        return configured
+    warn(
+        f"resume changes the step budget: the checkpoint's run had {saved} training steps, this run has "
+        f"{configured}; the learning-rate schedule keeps its total of {saved} "
+        f"(set actor.optim.reset_lr_schedule_on_resume=true to rebuild it over {configured})"
+    )
+    return saved

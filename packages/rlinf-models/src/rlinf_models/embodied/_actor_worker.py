@@ -41,6 +41,7 @@ from .._fsdp import (
     select_device,
     shard_module,
 )
+from ..actor import resumed_schedule_total
 from ..policies import build_policy
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
 
@@ -315,6 +316,7 @@ class EmbodiedActorWorker(Worker):
             trainer = {
                 "optimizer_steps": self.trainer.optimizer_steps,
                 "train_steps": self.trainer.train_steps,
+                "total_steps": self.trainer.total_steps,
                 "generator": self.trainer.generator.get_state(),
                 "world_size": self.world_size,
             }
@@ -325,6 +327,10 @@ class EmbodiedActorWorker(Worker):
         if self.distributed:
             dist.barrier()  # every file exists when any rank returns
         self._offload()
+
+    def _warn_once(self, msg: str) -> None:
+        if self.rank == 0:
+            self.log_warning("%s", msg)
 
     def load_checkpoint(self, path: str) -> None:
         """Restore exactly what :meth:`save_checkpoint` wrote (from ``<path>/actor/``); call it on every rank.
@@ -342,6 +348,12 @@ class EmbodiedActorWorker(Worker):
         load_full_optimizer_state_dict(self.policy, self.trainer.optimizer, optim)
         self.trainer.optimizer_steps = int(trainer["optimizer_steps"])
         self.trainer.train_steps = int(trainer["train_steps"])
+        self.trainer.total_steps = resumed_schedule_total(
+            trainer.get("total_steps"),
+            self.trainer.total_steps,
+            reset=self.trainer.actor.optim.reset_lr_schedule_on_resume,
+            warn=self._warn_once,
+        )
         self.trainer.generator.set_state(trainer["generator"])
         if not load_rank_rng(root, self.rank):
             self.log_warning(

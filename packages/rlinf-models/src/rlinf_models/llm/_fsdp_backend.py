@@ -54,6 +54,7 @@ from ..actor import (
     lr_scale,
     mean_over_ranks,
     micro_batches,
+    resumed_schedule_total,
     run_update,
     shuffled_minibatches,
 )
@@ -644,6 +645,7 @@ class FSDPActorBackend:
             trainer = {
                 "optimizer_steps": self.optimizer_steps,
                 "train_steps": self.train_steps,
+                "total_steps": self.total_steps,
                 "sft_steps": self.sft_steps,
                 "version": self.version,
                 "generator": self.generator.get_state(),
@@ -680,6 +682,12 @@ class FSDPActorBackend:
             )
         self.optimizer_steps = int(trainer["optimizer_steps"])
         self.train_steps = int(trainer["train_steps"])
+        self.total_steps = resumed_schedule_total(
+            trainer.get("total_steps"),
+            self.total_steps,
+            reset=self.cfg.optim.reset_lr_schedule_on_resume,
+            warn=lambda msg: self.rank == 0 and self.log_warning("%s", msg),
+        )
         self.sft_steps = int(trainer["sft_steps"])
         self.version = int(trainer["version"])
         self.generator.set_state(trainer["generator"])

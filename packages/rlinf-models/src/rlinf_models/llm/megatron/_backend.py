@@ -19,6 +19,7 @@ contiguous share. Nothing in this module has run on a GPU in this repository (se
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -57,7 +58,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from ..._files import replace_directory
-from ...actor import MetricMeans, lr_scale, run_update, shuffled_minibatches
+from ...actor import MetricMeans, lr_scale, resumed_schedule_total, run_update, shuffled_minibatches
 from .._batch import check_batch
 from .._config import LLMActorConfig
 from .._hf import resolve_model_path
@@ -76,6 +77,8 @@ from ._convert import (
     transformer_config_kwargs,
 )
 from ._logprobs import aligned_token_logprobs, left_align
+
+_LOG = logging.getLogger(__name__)
 
 __all__ = ["MegatronActorBackend", "initialize_model_parallel"]
 
@@ -711,6 +714,7 @@ class MegatronActorBackend:
             trainer = {
                 "version": self.version,
                 "train_steps": self.train_steps,
+                "total_steps": self.total_steps,
                 "sft_steps": self.sft_steps,
                 "optimizer_steps": self.optimizer_steps,
                 "generator": self.generator.get_state(),
@@ -739,6 +743,12 @@ class MegatronActorBackend:
         trainer = torch.load(root / "trainer.pt", map_location="cpu", weights_only=True)
         self.version, self.train_steps = int(trainer["version"]), int(trainer["train_steps"])
         self.sft_steps, self.optimizer_steps = int(trainer["sft_steps"]), int(trainer["optimizer_steps"])
+        self.total_steps = resumed_schedule_total(
+            trainer.get("total_steps"),
+            self.total_steps,
+            reset=self.cfg.optim.reset_lr_schedule_on_resume,
+            warn=lambda msg: dist.get_rank() == 0 and _LOG.warning("%s", msg),
+        )
         self.generator.set_state(trainer["generator"])
         if self.cfg.enable_offload:
             self.offload()
