@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.protocols import receive_weights
 from rlinf_scheduler import Worker, shard_bounds
 
@@ -15,7 +17,10 @@ from ._factory import build_engine
 if TYPE_CHECKING:
     from rlinf_models.llm import LLMModelConfig
 
-__all__ = ["LLMRolloutWorker"]
+__all__ = ["CHECKPOINT_SUBDIR", "LLMRolloutWorker"]
+
+CHECKPOINT_SUBDIR = "rollout"
+"""Where :meth:`LLMRolloutWorker.save_checkpoint` writes inside a checkpoint directory."""
 
 
 class LLMRolloutWorker(Worker):
@@ -96,6 +101,31 @@ class LLMRolloutWorker(Worker):
             self.engine.update_weights(msg["state_dict"])
             self.version = msg["version"]
         return self.version
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write this rank's RNG states to ``<path>/rollout/rng_rank<R>.pkl`` atomically (call it on every rank).
+
+        The HF engine samples from torch's global generator unless a request carries a ``seed``; the weights
+        are the actor's to save. (vLLM and SGLang keep their samplers' state inside the engine: not saved.)
+        """
+        atomic_write_bytes(self._rng_file(path), capture_rng_state())
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore the RNG states :meth:`save_checkpoint` wrote.
+
+        A checkpoint without them (an older one, or one written with fewer rollout ranks) keeps the current
+        state, with a warning.
+        """
+        file = self._rng_file(path)
+        if file.is_file():
+            restore_rng_state(file.read_bytes())
+        else:
+            self.log_warning(
+                "no rollout RNG state at %s: sampled tokens differ from an uninterrupted run", file
+            )
+
+    def _rng_file(self, path: str) -> Path:
+        return Path(path) / CHECKPOINT_SUBDIR / f"rng_rank{self.rank}.pkl"
 
     def get_model_version(self) -> int:
         """Version of the weights in use (-1: the checkpoint's, before the first sync)."""
