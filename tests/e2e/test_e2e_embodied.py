@@ -82,13 +82,20 @@ def test_resume_continues_at_the_next_step(app: EmbodiedApp, cluster: Any, tmp_p
     assert first.global_step == 2
     lrs = {int(r["step"]): r["train/actor/lr"] for r in read_metrics(first.metrics_file)}
     # Same run, longer: `auto` picks global_step_2 and training continues with step 3.
-    cfg = _cfg(app, tmp_path, "runner.val_check_interval=-1", "runner.max_epochs=3", "runner.resume_dir=auto")
+    cfg = _cfg(
+        app,
+        tmp_path,
+        "runner.val_check_interval=-1",
+        "runner.max_epochs=3",
+        "runner.resume_dir=auto",
+        "actor.optim.reset_lr_schedule_on_resume=true",  # a longer run: rebuild the schedule over 3 steps
+    )
     second = run_app(app, cfg, cluster=cluster)
     assert second.global_step == 3
     records = read_metrics(second.metrics_file)
     assert [int(r["step"]) for r in records] == [1, 2, 3]  # appended to the same metrics.jsonl
     assert is_complete(tmp_path / "checkpoints" / "global_step_3")
-    # The optimizer state came back: the linear schedule continues from step 2 of 3, not from scratch.
+    # The optimizer state came back: the rebuilt linear schedule continues from step 2 of 3, not from scratch.
     assert lrs[1] == pytest.approx(1e-3) and records[-1]["train/actor/lr"] == pytest.approx(1e-3 / 3)
     # Standalone evaluation of a checkpoint.
     metrics = run_app(app, _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto")
