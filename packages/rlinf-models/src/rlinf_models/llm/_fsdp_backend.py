@@ -686,7 +686,7 @@ class FSDPActorBackend:
             trainer.get("total_steps"),
             self.total_steps,
             reset=self.cfg.optim.reset_lr_schedule_on_resume,
-            warn=lambda msg: self.rank == 0 and self.log_warning("%s", msg),
+            warn=self.log_warning if self.rank == 0 else (lambda _msg: None),
         )
         self.sft_steps = int(trainer["sft_steps"])
         self.version = int(trainer["version"])

@@ -80,6 +80,11 @@ from ._logprobs import aligned_token_logprobs, left_align
 
 _LOG = logging.getLogger(__name__)
 
+
+def _ignore(_msg: str) -> None:
+    """A warning another rank already logs."""
+
+
 __all__ = ["MegatronActorBackend", "initialize_model_parallel"]
 
 _CRITIC_LOSSES = ("actor_critic", "decoupled_actor_critic")
@@ -747,7 +752,7 @@ class MegatronActorBackend:
             trainer.get("total_steps"),
             self.total_steps,
             reset=self.cfg.optim.reset_lr_schedule_on_resume,
-            warn=lambda msg: dist.get_rank() == 0 and _LOG.warning("%s", msg),
+            warn=_LOG.warning if dist.get_rank() == 0 else _ignore,
         )
         self.generator.set_state(trainer["generator"])
         if self.cfg.enable_offload:
