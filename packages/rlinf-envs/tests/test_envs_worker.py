@@ -259,7 +259,8 @@ def test_checkpointed_env_and_rollout_state_replays_the_next_rollout(
     for group in (env, rollout):
         group.load_checkpoint(str(tmp_path)).wait(timeout=60)
     replayed = [one_rollout() for _ in range(2)]
-    assert any(stats["returns"] for stats, _ in expected)  # episodes ended (and restarted) after the save
+    if not grpo:  # episodes ended (and restarted) after the save
+        assert any(stats["returns"] for stats, _ in expected)
     for (stats_e, trajs_e), (stats_r, trajs_r) in zip(expected, replayed, strict=True):
         assert stats_e == stats_r
         for te, tr in zip(trajs_e, trajs_r, strict=True):
