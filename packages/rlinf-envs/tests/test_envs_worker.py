@@ -278,10 +278,15 @@ def test_checkpointed_env_and_rollout_state_replays_the_next_rollout(
 
 
 def test_env_state_of_another_layout_is_refused() -> None:
-    from rlinf_envs._worker import EnvWorker
+    from rlinf_envs._worker import check_state_layout
 
-    worker = EnvWorker.__new__(EnvWorker)  # the layout check needs no Ray context
-    worker.stages = 1
-    worker._train = []
-    with pytest.raises(ValueError, match=r"env state saved with \(env ranks, pipeline stages, stage seeds\)"):
-        type(worker).load_state_dict(worker, {"world_size": 2, "stages": [], "resets": 0, "rng": b""})
+    state = {"world_size": 1, "stages": [{"seed": 0}, {"seed": 2}]}
+    check_state_layout(state, 1, [0, 2])
+    with pytest.raises(
+        ValueError,
+        match=r"saved with \(env ranks, pipeline stages, stage seeds\)=\(1, 2, \[0, 2\]\) cannot be loaded into "
+        r"\(2, 2, \[0, 2\]\)",
+    ):
+        check_state_layout(state, 2, [0, 2])
+    with pytest.raises(ValueError, match=r"cannot be loaded into \(1, 1, \[0\]\)"):
+        check_state_layout(state, 1, [0])

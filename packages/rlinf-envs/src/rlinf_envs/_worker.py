@@ -45,6 +45,18 @@ def split_envs(cfg: VecEnvConfig, world_size: int, stages: int, what: str) -> in
     return cfg.total_num_envs // (world_size * stages)
 
 
+def check_state_layout(state: dict[str, Any], world_size: int, seeds: list[int]) -> None:
+    """Raise a ``ValueError`` naming both layouts unless ``state`` was saved by env ranks laid out like these."""
+    layout = (state["world_size"], len(state["stages"]), [st["seed"] for st in state["stages"]])
+    mine = (world_size, len(seeds), seeds)
+    if layout != mine:
+        raise ValueError(
+            f"env state saved with (env ranks, pipeline stages, stage seeds)={layout} cannot be loaded into "
+            f"{mine}: resume with the env.train.total_num_envs, env.train.seed, env ranks and "
+            f"rollout.pipeline_stage_num the checkpoint was written with"
+        )
+
+
 class _Stage:
     """One env set of this rank and its running state."""
 
@@ -197,16 +209,8 @@ class EnvWorker(Worker):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; raises ``ValueError`` if it was saved with another env layout."""
-        stages = state["stages"]
-        layout = (state["world_size"], len(stages), [st["seed"] for st in stages])
-        mine = (self.world_size, self.stages, [st.seed for st in self._train])
-        if layout != mine:
-            raise ValueError(
-                f"env state saved with (env ranks, pipeline stages, stage seeds)={layout} cannot be loaded into "
-                f"{mine}: resume with the env.train.total_num_envs, env.train.seed, env ranks and "
-                f"rollout.pipeline_stage_num the checkpoint was written with"
-            )
-        for st, saved in zip(self._train, stages, strict=True):
+        check_state_layout(state, self.world_size, [st.seed for st in self._train])
+        for st, saved in zip(self._train, state["stages"], strict=True):
             st.env.set_state(saved["env"])
             st.obs = np.asarray(saved["obs"]).copy()
             st.dones = np.asarray(saved["dones"]).copy()
