@@ -79,14 +79,15 @@ def test_eval_needs_eval_data_before_anything_starts(
     assert "data.eval_path is not set: nothing to evaluate on" in capsys.readouterr().err
 
 
-def test_a_missing_checkpoint_exits_1_before_ray_starts(
+def test_a_missing_checkpoint_fails_before_ray_starts(
     app_dir: Path, no_ray: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main("embodied", [], mode="eval", app_dir=app_dir) == 1  # resume_dir unset: 'auto', none there
     err = capsys.readouterr().err
     assert "error: the run failed: runner.resume_dir: no complete checkpoint under" in err
+    # An explicit path that is not there is a config error (exit 2), found while the config is checked.
     missing = app_dir / "nowhere" / "global_step_3"
-    assert cli.main("embodied", [f"runner.resume_dir={missing}"], app_dir=app_dir) == 1
+    assert cli.main("embodied", [f"runner.resume_dir={missing}"], app_dir=app_dir) == 2
     assert f"runner.resume_dir: {str(missing)!r} does not exist" in capsys.readouterr().err
     with pytest.raises(CheckpointError):
         apps.resolve_checkpoint("auto", app_dir / "run")

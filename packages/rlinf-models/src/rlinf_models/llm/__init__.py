@@ -15,7 +15,7 @@ from ._backends import (
     check_training_backend,
     training_backend_problems,
 )
-from ._config import SMOLLM2_ALIAS, TRAINING_BACKENDS, LLMActorConfig, LLMModelConfig
+from ._config import SMOLLM2_ALIAS, TRAINING_BACKENDS, LLMActorConfig, LLMModelConfig, model_path_problems
 
 if TYPE_CHECKING:
     from ._actor_worker import LLMActorWorker
@@ -40,6 +40,7 @@ __all__ = [
     "check_training_backend",
     "load_causal_lm",
     "load_tokenizer",
+    "model_path_problems",
     "resolve_model_path",
     "training_backend_problems",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -10,7 +11,7 @@ from attrs import validators as v
 from .._config import OptimConfig
 from .megatron._config import MegatronConfig
 
-__all__ = ["SMOLLM2_ALIAS", "TRAINING_BACKENDS", "LLMActorConfig", "LLMModelConfig"]
+__all__ = ["SMOLLM2_ALIAS", "TRAINING_BACKENDS", "LLMActorConfig", "LLMModelConfig", "model_path_problems"]
 
 TRAINING_BACKENDS: tuple[str, ...] = ("fsdp", "megatron")
 """Values of ``LLMActorConfig.training_backend``."""
@@ -100,3 +101,31 @@ class LLMActorConfig:
                 f"actor.global_batch_size ({self.global_batch_size}) must be a multiple of "
                 f"actor.micro_batch_size ({self.micro_batch_size})"
             )
+
+
+def model_path_problems(cfg: LLMModelConfig, where: str = "actor.model") -> list[str]:
+    """What is wrong with the checkpoint paths of ``cfg``, without loading anything (checked before Ray).
+
+    ``model_path`` (and ``tokenizer_path`` when set) must be the alias ``"smollm2-135m-instruct"`` or a local
+    Hugging Face checkpoint directory (one with ``config.json``; a tokenizer directory needs no config).
+
+    Args:
+        cfg: the model block.
+        where: its dotted key in the config, for the messages.
+    """
+    problems = []
+    for key, value, needs_config in (
+        ("model_path", cfg.model_path, True),
+        ("tokenizer_path", cfg.tokenizer_path, False),
+    ):
+        if value is None or value.strip().lower() == SMOLLM2_ALIAS:
+            continue
+        local = Path(value).expanduser()
+        if not local.is_dir():
+            problems.append(
+                f"{where}.{key}: {value!r} is not a directory; expected a local Hugging Face checkpoint "
+                f"directory or the alias {SMOLLM2_ALIAS!r}"
+            )
+        elif needs_config and not (local / "config.json").is_file():
+            problems.append(f"{where}.{key}: {value!r} has no config.json (not a Hugging Face checkpoint)")
+    return problems

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, overload
 
 from rlinf_core.checkpoint import CheckpointError, resolve_resume_dir
-from rlinf_core.config import load_config
+from rlinf_core.config import ConfigError, load_config
 from rlinf_scheduler import Cluster, ClusterConfig, Worker
 
 from .._config import RunnerConfig
@@ -87,15 +87,25 @@ class App(abc.ABC, Generic[C]):
         """
         cfg = load_config(self.config_cls, path, overrides)
         self.check(cfg)
+        try:  # an explicit checkpoint that is not there is a config error, found before Ray starts
+            resolve_resume_dir(cfg.runner.resume_dir, cfg.runner.logger.log_path)
+        except (ValueError, CheckpointError) as e:
+            raise ConfigError([str(e)], "runner.resume_dir") from None
         return cfg
 
     def placed_components(self, cfg: C) -> set[str]:
         """The components ``cluster.component_placement`` names.
 
         Raises:
-            ValueError: when one of :attr:`components` is left out.
+            ValueError: when one of :attr:`components` is left out, or a name is not a component of the app.
         """
         placed = {c.strip() for key in cfg.cluster.component_placement for c in key.split(",")}
+        unknown = sorted(placed - set(self.components))
+        if unknown:
+            raise ValueError(
+                f"cluster.component_placement: unknown component(s) {unknown}; the {self.name} app places "
+                f"{', '.join(self.components)}"
+            )
         missing = [c for c in self.components if c not in placed]
         if missing:
             raise ValueError(

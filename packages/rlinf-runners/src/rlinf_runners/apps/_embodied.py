@@ -14,6 +14,7 @@ import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
 from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, env_config_problems, prepare_process_env
 from rlinf_models import EmbodiedActorConfig
+from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
 from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
@@ -133,6 +134,17 @@ class EmbodiedApp(App[EmbodiedConfig]):
             problems.append(
                 f"algorithm.group_size ({cfg.algorithm.group_size}) must equal env.train.group_size "
                 f"({cfg.env.train.group_size}): advantages are normalised over the env groups"
+            )
+        adv_type = cfg.algorithm.adv_type.lower()
+        if adv_type not in EMBODIED_ADV_TYPES:
+            problems.append(
+                f"algorithm.adv_type {cfg.algorithm.adv_type!r} is not computed by the embodied trainer; "
+                f"allowed: {', '.join(EMBODIED_ADV_TYPES)}"
+            )
+        elif adv_type in MASKED_ADV_TYPES and cfg.env.train.auto_reset:
+            problems.append(
+                f"algorithm.adv_type {cfg.algorithm.adv_type!r} scores whole episodes and needs their masks: "
+                "set env.train.auto_reset: false (one episode per env per rollout)"
             )
         if cfg.algorithm.adv_type == "gae" and not cfg.actor.model.add_value_head:
             problems.append("actor.model.add_value_head must be true for algorithm.adv_type 'gae'")

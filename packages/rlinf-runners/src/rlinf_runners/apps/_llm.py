@@ -21,6 +21,7 @@ from rlinf_models.llm import (
     actor_worker_class,
     actor_worker_kwargs,
     check_training_backend,
+    model_path_problems,
     training_backend_problems,
 )
 from rlinf_rollout.llm import LLMRolloutConfig
@@ -183,7 +184,9 @@ class LLMApp(App[L], abc.ABC):
             ConfigError: listing every problem with its dotted path.
             ImportError: ``actor.training_backend: megatron`` without megatron-core (names the extra).
         """
-        problems = self._data_problems(cfg) + self.section_problems(cfg)
+        problems = (
+            model_path_problems(cfg.actor.model) + self._data_problems(cfg) + self.section_problems(cfg)
+        )
         try:
             ws = world_sizes or self.world_sizes(cfg)
         except ValueError as e:
