@@ -129,3 +129,20 @@ def test_set_state_refuses_another_env() -> None:
     state = GymnasiumVecEnv("CartPole-v1", 2).get_state()
     with pytest.raises(ValueError, match=r"\('CartPole-v1', 2\) cannot be loaded into a GymnasiumVecEnv of"):
         GymnasiumVecEnv("CartPole-v1", 4).set_state(state)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_driver_side_spec_matches_the_vec_env(env_id: str) -> None:
+    from rlinf_envs import VecEnvConfig, env_spec_without_worker
+
+    cfg = VecEnvConfig(env_type="gymnasium", env_id=env_id, total_num_envs=2, max_steps_per_rollout_epoch=4)
+    assert env_spec_without_worker(cfg) == GymnasiumVecEnv(env_id, 2).spec
+
+
+def test_no_driver_side_spec_for_maniskill() -> None:
+    from rlinf_envs import VecEnvConfig, env_spec_without_worker
+
+    cfg = VecEnvConfig(
+        env_type="maniskill", env_id="PushCube-v1", total_num_envs=2, max_steps_per_rollout_epoch=4
+    )
+    assert env_spec_without_worker(cfg) is None

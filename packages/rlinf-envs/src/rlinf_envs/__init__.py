@@ -11,7 +11,7 @@ from rlinf_core import lazy_exports
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
-from ._factory import env_config_problems, make_vec_env
+from ._factory import env_config_problems, env_spec_without_worker, make_vec_env
 from ._process import prepare_process_env
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ __all__ = [
     "VecEnvConfig",
     "__version__",
     "env_config_problems",
+    "env_spec_without_worker",
     "make_vec_env",
     "prepare_process_env",
 ]

@@ -7,11 +7,11 @@ import importlib
 import importlib.util
 from collections.abc import Iterable
 
-from rlinf_core.protocols import VecEnv
+from rlinf_core.protocols import EnvSpec, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
-__all__ = ["env_config_problems", "make_vec_env"]
+__all__ = ["env_config_problems", "env_spec_without_worker", "make_vec_env"]
 
 _EXTRA = {"gymnasium": "rlinf-envs[gymnasium]", "maniskill": "rlinf-envs[maniskill]"}
 
@@ -59,6 +59,21 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
         elif env_id not in known:
             problems.append(_unknown_id(where, env_id, known, split.env_type))
     return problems
+
+
+def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
+    """The env spec of ``cfg`` computed in this process, when that is cheap; else ``None``.
+
+    Launchers use it to start the actor and rollout groups (which need the spec) together with the env
+    group instead of after it. gymnasium: one env made and closed here (milliseconds for classic control),
+    the spec ``EnvWorker.get_spec`` reports. ManiSkill: ``None`` (it would start a simulator in the driver);
+    ask the env workers.
+    """
+    if cfg.env_type == "gymnasium":
+        from .gymnasium import gymnasium_spec
+
+        return gymnasium_spec(cfg.env_id, cfg.env_kwargs)
+    return None
 
 
 def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:

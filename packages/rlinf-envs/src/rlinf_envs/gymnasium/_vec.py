@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - exercised by the extra-missing te
 
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
 
-__all__ = ["GymnasiumVecEnv"]
+__all__ = ["GymnasiumVecEnv", "gymnasium_spec"]
 
 
 def _spec_of(env: Any) -> EnvSpec:
@@ -63,6 +63,22 @@ def _restore(blob: bytes) -> Any:
         # The rebuilt env imported mujoco already; mj_copyData copies every field bit for bit.
         sys.modules["mujoco"].mj_copyData(base.data, base.model, snap["mj_data"])
     return env
+
+
+def gymnasium_spec(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvSpec:
+    """The :class:`EnvSpec` of a registered gymnasium id: one env made, read and closed in this process.
+
+    The spec :class:`GymnasiumVecEnv` reports for the same id and ``env_kwargs`` (the time limit does not
+    change it).
+
+    Raises:
+        ValueError: for an unsupported observation or action space.
+    """
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        return _spec_of(env)
+    finally:
+        env.close()
 
 
 class GymnasiumVecEnv:
