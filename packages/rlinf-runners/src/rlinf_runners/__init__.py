@@ -1,4 +1,4 @@
-"""rlinf_runners: the training loops over worker groups (embodied, reasoning, agent), the apps and their CLI.
+"""rlinf_runners: the training loops (a ``Runner`` base; embodied, reasoning, agent), the apps and their CLI.
 
 ``rlinf_runners.apps`` composes each app's config, checks and launch; ``rlinf_runners.cli.main`` is the
 command line of ``apps/*/train.py`` and ``eval.py``. The runners (and with them Ray) load on first use, so that
@@ -14,8 +14,10 @@ from ._config import LoggerConfig, RunnerConfig
 
 if TYPE_CHECKING:
     from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
-    from ._embodied import EmbodiedRunner, GroupLike, RunResult
-    from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig
+    from ._base import GroupLike, Runner, RunResult, StepCallback
+    from ._embodied import EmbodiedRunner
+    from ._llm import LLMRunner, SFTConfig
+    from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner
 
 __version__ = _version("rlinf-runners")
 
@@ -27,12 +29,15 @@ __getattr__ = lazy_exports(
         "AgentRunner": "._agent",
         "TurnRewardConfig": "._agent",
         "turn_advantages": "._agent",
+        "GroupLike": "._base",
+        "Runner": "._base",
+        "RunResult": "._base",
+        "StepCallback": "._base",
         "EmbodiedRunner": "._embodied",
-        "GroupLike": "._embodied",
-        "RunResult": "._embodied",
+        "LLMRunner": "._llm",
+        "SFTConfig": "._llm",
         "REASONING_ADV_TYPES": "._reasoning",
         "ReasoningRunner": "._reasoning",
-        "SFTConfig": "._reasoning",
     },
 )
 
@@ -43,11 +48,14 @@ __all__ = [
     "AgentRunner",
     "EmbodiedRunner",
     "GroupLike",
+    "LLMRunner",
     "LoggerConfig",
     "ReasoningRunner",
     "RunResult",
+    "Runner",
     "RunnerConfig",
     "SFTConfig",
+    "StepCallback",
     "TurnRewardConfig",
     "__version__",
     "turn_advantages",

@@ -1,8 +1,8 @@
 """The agent training loop: SFT on tool-use demonstrations, then multi-turn RL with per-turn group advantages.
 
-:class:`AgentRunner` is a :class:`~rlinf_runners.ReasoningRunner` whose rollout runs whole tool-using
-episodes instead of single responses. It reuses the reasoning runner's loop (warm-up, evaluation cadence,
-weight sync, checkpoints, resume, metrics) and replaces the collection, the advantages and the evaluation.
+:class:`AgentRunner` is the reasoning runner's sibling whose rollout runs whole tool-using episodes instead
+of single responses. Both extend :class:`~rlinf_runners.LLMRunner` (warm-up, evaluation cadence, weight sync,
+checkpoints, resume, metrics); this one implements the collection, the advantages and the evaluation.
 The groups are driven by method name only:
 
 - ``rollout``: ``run_episodes(requests, sampling) -> list[dict]`` (one episode per request: ``prompt_ids``,
@@ -37,16 +37,10 @@ from rlinf_algos import grpo_dynamic
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, pack_sequences
 
+from ._base import GroupLike, StepCallback
 from ._config import RunnerConfig
-from ._embodied import GroupLike
-from ._reasoning import (
-    Batch,
-    ReasoningRunner,
-    SFTConfig,
-    _mean,
-    _mean_over_ranks,
-    _prefixed,
-)
+from ._llm import Batch, LLMRunner, SFTConfig
+from ._metrics import mean, mean_over_ranks, prefixed
 
 __all__ = ["AGENT_ADV_TYPES", "AgentRunner", "TurnRewardConfig", "turn_advantages"]
 
@@ -129,7 +123,7 @@ def turn_advantages(
     return out, turn_rewards
 
 
-class AgentRunner(ReasoningRunner):
+class AgentRunner(LLMRunner):
     """SFT warm-up on tool-use demonstrations, then multi-turn RL (see the module docstring).
 
     Args:
@@ -156,6 +150,9 @@ class AgentRunner(ReasoningRunner):
         on_step: called with ``(global_step, record)`` after each logged record.
     """
 
+    adv_types = AGENT_ADV_TYPES
+    runner_name = "agent"
+
     def __init__(
         self,
         cfg: RunnerConfig,
@@ -177,26 +174,14 @@ class AgentRunner(ReasoningRunner):
         to_batch: Callable[[Batch], Any] | None = None,
         offload: bool = False,
         run_config: Mapping[str, Any] | None = None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None,
+        on_step: StepCallback | None = None,
     ) -> None:
-        if algorithm.adv_type.lower() not in AGENT_ADV_TYPES:
-            raise ValueError(
-                f"algorithm.adv_type {algorithm.adv_type!r} is not supported by the agent runner; "
-                f"allowed: {', '.join(AGENT_ADV_TYPES)}"
-            )
-        if sft_data is not None:
-            missing = [i for i, e in enumerate(sft_data) if not e.extra.get("demo")]
-            if missing:
-                raise ValueError(
-                    f"data.sft_path ({sft_data.source}): rows {missing[:5]} have no 'demo' list of assistant turns"
-                )
-        # The reasoning runner validates its own estimators: hand it grpo and keep ours.
         super().__init__(
             cfg,
             actor=actor,
             rollout=rollout,
             reward=reward,
-            algorithm=attrs.evolve(algorithm, adv_type="grpo"),
+            algorithm=algorithm,
             data=data,
             encoder=encoder,
             train_data=train_data,
@@ -207,15 +192,20 @@ class AgentRunner(ReasoningRunner):
             sft_data=sft_data,
             to_batch=to_batch,
             offload=offload,
+            batch_multiple=batch_multiple,
             run_config=run_config,
             on_step=on_step,
         )
-        self.algorithm = algorithm
         self.turn_reward = turn_reward or TurnRewardConfig()
-        if batch_multiple < 1:
-            raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
-        self.batch_multiple = batch_multiple
         self._demos: list[dict[str, Any]] | None = None
+
+    def check_sft_data(self, sft_data: PromptDataset) -> None:
+        """Every demonstration row needs a ``demo`` list of assistant turns."""
+        missing = [i for i, e in enumerate(sft_data) if not e.extra.get("demo")]
+        if missing:
+            raise ValueError(
+                f"data.sft_path ({sft_data.source}): rows {missing[:5]} have no 'demo' list of assistant turns"
+            )
 
     # ------------------------------------------------------------------------------------------ episodes
     def run_episodes(
@@ -239,13 +229,13 @@ class AgentRunner(ReasoningRunner):
         calls = [float(e["num_tool_calls"]) for e in episodes]
         errors = [float(e["num_tool_errors"]) for e in episodes]
         out = {
-            f"{prefix}/success_rate": _mean([float(c) for c in correct]),
-            f"{prefix}/turns_mean": _mean([float(len(e["turns"])) for e in episodes]),
-            f"{prefix}/tool_calls_mean": _mean(calls),
+            f"{prefix}/success_rate": mean([float(c) for c in correct]),
+            f"{prefix}/turns_mean": mean([float(len(e["turns"])) for e in episodes]),
+            f"{prefix}/tool_calls_mean": mean(calls),
             f"{prefix}/tool_error_rate": sum(errors) / sum(calls) if sum(calls) else 0.0,
-            f"{prefix}/used_tool_frac": _mean([float(c > 0) for c in calls]),
-            f"{prefix}/answered_frac": _mean([float(e["finish_reason"] == "answer") for e in episodes]),
-            f"{prefix}/tokens_mean": _mean(
+            f"{prefix}/used_tool_frac": mean([float(c > 0) for c in calls]),
+            f"{prefix}/answered_frac": mean([float(e["finish_reason"] == "answer") for e in episodes]),
+            f"{prefix}/tokens_mean": mean(
                 [float(len(e["token_ids"]) - len(e["prompt_ids"])) for e in episodes]
             ),
             f"{prefix}/num_episodes": float(n),
@@ -253,7 +243,7 @@ class AgentRunner(ReasoningRunner):
         if kinds is not None:
             for kind in sorted(set(kinds)):
                 sel = [float(c) for c, k in zip(correct, kinds, strict=True) if k == kind]
-                out[f"{prefix}/success_rate_{kind}"] = _mean(sel)
+                out[f"{prefix}/success_rate_{kind}"] = mean(sel)
         return out
 
     def evaluate(self, prefix: str = "eval") -> dict[str, float]:
@@ -271,14 +261,8 @@ class AgentRunner(ReasoningRunner):
         self._dump_episodes(f"{prefix}_step{self.global_step}", episodes, correct, kinds)
         metrics = self.episode_metrics(episodes, correct, prefix, kinds)
         metrics[f"{prefix}/accuracy"] = metrics[f"{prefix}/success_rate"]
-        metrics[f"{prefix}/reward_mean"] = _mean(rewards)
-        elapsed = time.perf_counter() - start
-        self._eval_time_s += elapsed
-        metrics["time/eval_s"] = elapsed
-        if prefix == "eval":
-            self.last_eval = metrics
-            self._last_eval_step = self.global_step
-        return metrics
+        metrics[f"{prefix}/reward_mean"] = mean(rewards)
+        return self.record_eval(metrics, start, main=prefix == "eval")
 
     def _dump_episodes(
         self, name: str, episodes: Sequence[Mapping[str, Any]], correct: Sequence[bool], kinds: Sequence[str]
@@ -319,7 +303,7 @@ class AgentRunner(ReasoningRunner):
         picked = [demos[i] for i in self.sft_sampler.next_batch(self.sft.batch_size)]
         batch = _episode_batch(picked, self.encoder.pad_token_id)
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
-        return _prefixed(_mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
+        return prefixed(mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
 
     # ------------------------------------------------------------------------------------------------ RL
     def train_step(self) -> dict[str, float]:
@@ -335,7 +319,7 @@ class AgentRunner(ReasoningRunner):
         rewards, correct = self._score([e["response_text"] for e in episodes], refs)
         t1 = time.perf_counter()
         metrics = self.episode_metrics(episodes, correct, "rollout", kinds)
-        metrics["rollout/reward_mean"] = _mean(rewards)
+        metrics["rollout/reward_mean"] = mean(rewards)
         metrics["rollout/accuracy"] = metrics["rollout/success_rate"]
         metrics["time/rollout_s"] = t1 - t0
         adv, turn_rewards = turn_advantages(
@@ -346,7 +330,7 @@ class AgentRunner(ReasoningRunner):
             advantage_mode=self.turn_reward.advantage_mode,
             tool_error_penalty=self.turn_reward.tool_error_penalty,
         )
-        metrics["rollout/turn_reward_mean"] = _mean(turn_rewards)
+        metrics["rollout/turn_reward_mean"] = mean(turn_rewards)
         keep = list(range(len(episodes)))
         if self.algorithm.dynamic_sampling:
             keep = []
@@ -373,7 +357,7 @@ class AgentRunner(ReasoningRunner):
             k: batch[k]
             for k in ("input_ids", "attention_mask", "loss_mask", "advantages", "rollout_logprobs", "rewards")
         }
-        metrics.update(_prefixed(_mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
+        metrics.update(prefixed(mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
         self._phase(self.actor, "offload")
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1

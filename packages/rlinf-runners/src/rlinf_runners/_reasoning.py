@@ -26,17 +26,13 @@ response tokens), ``advantages [N, T]``, ``rollout_logprobs [N, T]`` (index ``t`
 from __future__ import annotations
 
 import math
-import pickle
-import random
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 import numpy.typing as npt
-from attrs import validators as v
 from rlinf_algos import (
     dynamic_sampling_filter,
     gae,
@@ -46,68 +42,15 @@ from rlinf_algos import (
     overlong_reward_penalty,
     reinpp,
 )
-from rlinf_core.checkpoint import (
-    CheckpointManager,
-    capture_rng_state,
-    checkpoint_step,
-    resolve_resume_dir,
-    restore_rng_state,
-)
-from rlinf_core.config import AlgorithmConfig
-from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, PromptSampler, pack_sequences
-from rlinf_core.metrics import MetricLogger
-from tqdm.auto import tqdm
+from rlinf_core.data import pack_sequences
 
-from ._config import RunnerConfig
-from ._embodied import GroupLike, RunResult, _CallLike
-from ._progress import log_step
+from ._llm import Batch, LLMRunner, SFTConfig
+from ._metrics import mean, mean_over_ranks, prefixed
 
 __all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig"]
 
-_REASONING_SHOWN = (
-    ("rollout/accuracy", "acc"),
-    ("eval/accuracy", "eval"),
-    ("train/actor/policy_loss", "loss"),
-    ("time/step_s", "s/step"),
-)
-
 REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 """Advantage estimators the reasoning runner supports (``algorithm.adv_type``)."""
-
-RUNNER_STATE_FILE = "runner_state.pkl"
-
-Batch = dict[str, npt.NDArray[Any]]
-
-
-@attrs.frozen(kw_only=True)
-class SFTConfig:
-    """The supervised warm-up before RL (config ``sft``); demonstrations come from ``data.sft_path``."""
-
-    steps: int = attrs.field(default=0, validator=v.ge(0))
-    """``actor.run_sft`` calls (optimizer updates) before the first RL step (``0``: no warm-up)."""
-    batch_size: int = attrs.field(default=16, validator=v.ge(1))
-    """Demonstrations per ``run_sft`` call."""
-    eval_before: bool = False
-    """Also evaluate the model before the warm-up (logged as ``eval_pre_sft/*``)."""
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else math.nan
-
-
-def _mean_over_ranks(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    keys: dict[str, None] = {}
-    for r in results:
-        keys.update(dict.fromkeys(r))
-    out = {}
-    for k in keys:
-        vals = [float(r[k]) for r in results if k in r and not math.isnan(float(r[k]))]
-        out[k] = sum(vals) / len(vals) if vals else math.nan
-    return out
-
-
-def _prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
-    return {k if k.startswith(f"{prefix}/") else f"{prefix}/{k}": float(v) for k, v in metrics.items()}
 
 
 @attrs.define
@@ -128,7 +71,7 @@ class _Rollouts:
         self.truncated += other.truncated[start:stop]
 
 
-class ReasoningRunner:
+class ReasoningRunner(LLMRunner):
     """Runs SFT warm-up then RL with verifiable rewards over actor, rollout and reward groups.
 
     Args:
@@ -161,124 +104,15 @@ class ReasoningRunner:
             warm-up without demonstrations.
     """
 
-    def __init__(
-        self,
-        cfg: RunnerConfig,
-        *,
-        actor: GroupLike,
-        rollout: GroupLike,
-        reward: GroupLike,
-        algorithm: AlgorithmConfig,
-        data: DataConfig,
-        encoder: PromptEncoder,
-        train_data: PromptDataset,
-        sampling: Mapping[str, Any],
-        eval_data: PromptDataset | None = None,
-        eval_sampling: Mapping[str, Any] | None = None,
-        sft: SFTConfig | None = None,
-        sft_data: PromptDataset | None = None,
-        to_batch: Callable[[Batch], Any] | None = None,
-        offload: bool = False,
-        batch_multiple: int = 1,
-        refresh_reference: bool = False,
-        run_config: Mapping[str, Any] | None = None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None,
-    ) -> None:
-        if algorithm.adv_type.lower() not in REASONING_ADV_TYPES:
-            raise ValueError(
-                f"algorithm.adv_type {algorithm.adv_type!r} is not supported by the reasoning runner; "
-                f"allowed: {', '.join(REASONING_ADV_TYPES)}"
-            )
-        self.sft = sft or SFTConfig()
-        if self.sft.steps > 0 and not sft_data:
-            raise ValueError("sft.steps > 0 needs SFT demonstrations (data.sft_path)")
-        self.cfg = cfg
-        self.actor = actor
-        self.rollout = rollout
-        self.reward = reward
-        self.algorithm = algorithm
-        self.data = data
-        self.encoder = encoder
-        self.train_data = train_data
-        self.eval_data = (
-            eval_data if eval_data is None or data.eval_size is None else eval_data[: data.eval_size]
-        )
-        self.sft_data = sft_data
-        self.sampling = dict(sampling)
-        self.eval_sampling = (
-            dict(eval_sampling) if eval_sampling is not None else {**self.sampling, "temperature": 0.0}
-        )
-        self.max_new_tokens = int(self.sampling.get("max_new_tokens", 0)) or None
-        self.to_batch = to_batch or (lambda b: b)
-        self.offload = offload
-        if batch_multiple < 1:
-            raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
-        self.batch_multiple = batch_multiple
-        self.refresh_reference = refresh_reference
-        self.run_config = dict(run_config or {})
-        self.on_step = on_step
-        self.group_size = algorithm.group_size
-        self.log_path = Path(cfg.logger.log_path)
-        self.checkpoints = CheckpointManager(self.log_path, max_to_keep=cfg.max_checkpoints_to_keep)
-        self.global_step = 0
-        self.sft_done = self.sft.steps == 0
-        self.last_eval: dict[str, float] = {}
-        self._last_eval_step = -1
-        self._eval_time_s = 0.0
-        self.sampler = PromptSampler(len(train_data), seed=data.seed, shuffle=data.shuffle)
-        self.sft_sampler = (
-            PromptSampler(len(sft_data), seed=data.seed + 1, shuffle=data.shuffle) if sft_data else None
-        )
-        self._train_ids = self._encode_all(train_data, "data.train_path")
-        self._eval_ids = self._encode_all(self.eval_data, "data.eval_path") if self.eval_data else []
+    adv_types = REASONING_ADV_TYPES
+    runner_name = "reasoning"
 
-    # ------------------------------------------------------------------------------------------ helpers
-    def _encode_all(self, dataset: PromptDataset, what: str) -> list[list[int]]:
-        ids = [self.encoder.encode_prompt(example) for example in dataset]
-        too_long = [i for i, p in enumerate(ids) if len(p) > self.data.max_prompt_length]
-        if too_long:
-            longest = max(len(ids[i]) for i in too_long)
-            raise ValueError(
-                f"{what} ({dataset.source}): {len(too_long)} prompt(s) are longer than data.max_prompt_length="
-                f"{self.data.max_prompt_length} tokens (longest {longest}, first at row {too_long[0]}); "
-                "raise data.max_prompt_length or shorten the prompts"
-            )
-        return ids
-
-    def _wait(self, call: _CallLike) -> list[Any]:
-        return call.wait(timeout=self.cfg.step_timeout_s)
-
-    def _gather(self, group: GroupLike, method: str, *args: Any) -> list[Any]:
-        """Call ``method(*args)`` on every rank (each takes its share); concatenate the lists in rank order."""
-        out: list[Any] = []
-        for part in self._wait(group.call(method, *args)):
-            out += list(part)
-        return out
-
-    def _score(self, texts: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[list[float], list[bool]]:
-        results = self._wait(self.reward.call("compute", list(texts), [list(r) for r in refs]))
-        rewards = [float(x) for res in results for x in res["rewards"]]
-        correct = [bool(x) for res in results for x in res["correct"]]
-        if len(rewards) != len(texts) or len(correct) != len(texts):
-            raise RuntimeError(f"the reward group returned {len(rewards)} rewards for {len(texts)} responses")
-        return rewards, correct
-
-    def _phase(self, group: GroupLike, method: str) -> None:
-        if self.offload:
-            self._wait(group.call(method))
-
-    def _actor_all(self, method: str, batch: Batch) -> list[Any]:
-        return self._wait(self.actor.call(method, self.to_batch(batch)))
+    @property
+    def max_new_tokens(self) -> int | None:
+        """The training sampling's ``max_new_tokens`` (``None`` when unset), for the DAPO overlong penalty."""
+        return int(self.sampling.get("max_new_tokens", 0)) or None
 
     # ---------------------------------------------------------------------------------------- the phases
-    def sync_weights(self) -> None:
-        """Send the actor's weights to every rollout rank (versioned broadcast)."""
-        self._phase(self.rollout, "onload")
-        send = self.actor.call("sync_model_to_rollout", self.rollout.name)
-        recv = self.rollout.call("sync_model_from_actor", self.actor.name)
-        self._wait(send)
-        self._wait(recv)
-
     def generate(
         self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
@@ -298,19 +132,13 @@ class ReasoningRunner:
         rewards, correct = self._score([o["text"] for o in outputs], [e.answers for e in self.eval_data])
         lengths = [len(o["token_ids"]) for o in outputs]
         metrics = {
-            f"{prefix}/accuracy": _mean([float(c) for c in correct]),
-            f"{prefix}/reward_mean": _mean(rewards),
-            f"{prefix}/response_len_mean": _mean([float(n) for n in lengths]),
-            f"{prefix}/truncated_frac": _mean([float(o.get("finish_reason") == "length") for o in outputs]),
+            f"{prefix}/accuracy": mean([float(c) for c in correct]),
+            f"{prefix}/reward_mean": mean(rewards),
+            f"{prefix}/response_len_mean": mean([float(n) for n in lengths]),
+            f"{prefix}/truncated_frac": mean([float(o.get("finish_reason") == "length") for o in outputs]),
             f"{prefix}/num_samples": float(len(outputs)),
         }
-        elapsed = time.perf_counter() - start
-        self._eval_time_s += elapsed
-        metrics["time/eval_s"] = elapsed
-        if prefix == "eval":
-            self.last_eval = metrics
-            self._last_eval_step = self.global_step
-        return metrics
+        return self.record_eval(metrics, start, main=prefix == "eval")
 
     def sft_step(self) -> dict[str, float]:
         """One warm-up update on the next ``sft.batch_size`` demonstrations; returns ``sft/*`` metrics."""
@@ -320,7 +148,7 @@ class ReasoningRunner:
         targets = [self.encoder.encode_completion(e.solution or "") for e in examples]
         batch = pack_sequences(prompts, targets, pad_token_id=self.encoder.pad_token_id)
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
-        return _prefixed(_mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
+        return prefixed(mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
 
     def _generate_groups(self) -> tuple[_Rollouts, list[str], list[bool]]:
         """One generation batch: ``rollout_batch_size`` prompts x ``group_size`` samples, scored."""
@@ -385,11 +213,11 @@ class ReasoningRunner:
                 break
         self._phase(self.rollout, "offload")
         metrics = {
-            "rollout/reward_mean": _mean(raw_rewards),
-            "rollout/accuracy": _mean([float(c) for c in correct]),
-            "rollout/response_len_mean": _mean([float(n) for n in lengths]),
+            "rollout/reward_mean": mean(raw_rewards),
+            "rollout/accuracy": mean([float(c) for c in correct]),
+            "rollout/response_len_mean": mean([float(n) for n in lengths]),
             "rollout/response_len_max": float(max(lengths)) if lengths else math.nan,
-            "rollout/truncated_frac": _mean([float(t) for t in truncated]),
+            "rollout/truncated_frac": mean([float(t) for t in truncated]),
             "rollout/num_samples": float(len(raw_rewards)),
             "dapo/num_gen_batches": float(gen_batches),
             "dapo/kept_groups": float(len(kept.rewards) // gs),
@@ -518,163 +346,8 @@ class ReasoningRunner:
                     )
         metrics.update(self.compute_advantages(batch, extra))
         train_batch = {k: val for k, val in batch.items() if k not in ("prompt_lengths", "response_lengths")}
-        metrics.update(_prefixed(_mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
+        metrics.update(prefixed(mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
         self._phase(self.actor, "offload")
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics
-
-    # ------------------------------------------------------------------------------------ checkpointing
-    def save_checkpoint(self) -> Path:
-        """Write ``global_step_<N>`` atomically: the actor's state, then the runner's, then commit."""
-        staging = self.checkpoints.begin(self.global_step)
-        try:
-            self._wait(self.actor.call("save_checkpoint", str(staging)))
-            state = {
-                "global_step": self.global_step,
-                "sft_done": self.sft_done,
-                "sampler": self.sampler.state_dict(),
-                "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None,
-                "rng": capture_rng_state(),
-                "last_eval": self.last_eval,
-            }
-            (staging / RUNNER_STATE_FILE).write_bytes(pickle.dumps(state))
-        except BaseException:
-            self.checkpoints.abort(staging)
-            raise
-        return self.checkpoints.commit(self.global_step, staging, {"global_step": self.global_step})
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        """Restore the actor and the runner from a checkpoint directory (the next step is N + 1)."""
-        path = Path(path)
-        self._wait(self.actor.call("load_checkpoint", str(path)))
-        runner_state = path / RUNNER_STATE_FILE
-        if runner_state.is_file():
-            state = pickle.loads(runner_state.read_bytes())
-            self.global_step = int(state["global_step"])
-            self.sft_done = bool(state.get("sft_done", True))
-            self.sampler.load_state_dict(state["sampler"])
-            if self.sft_sampler is not None and state.get("sft_sampler"):
-                self.sft_sampler.load_state_dict(state["sft_sampler"])
-            restore_rng_state(state["rng"])
-            self.last_eval = dict(state.get("last_eval", {}))
-        else:
-            self.global_step = checkpoint_step(path)
-            self.sft_done = True
-
-    def evaluate_checkpoint(self, path: str | Path) -> dict[str, float]:
-        """Load a checkpoint (a ``global_step_<N>`` directory or ``auto``), sync it and evaluate once."""
-        resolved = resolve_resume_dir(str(path), self.log_path)
-        if resolved is None:
-            raise ValueError(
-                f"no complete checkpoint under {self.log_path / 'checkpoints'} (path={str(path)!r})"
-            )
-        self.load_checkpoint(resolved)
-        self.sync_weights()
-        metrics = self.evaluate()
-        metrics["eval/checkpoint_step"] = float(self.global_step)
-        return metrics
-
-    # ------------------------------------------------------------------------------------------- the loop
-    def _warm_up(self, logger: MetricLogger) -> None:
-        if self.sft.eval_before and self.eval_data:
-            self.sync_weights()
-            self._log(logger, self.evaluate("eval_pre_sft"), None)
-        bar = (
-            tqdm(total=self.sft.steps, desc="sft", unit="step", dynamic_ncols=True)
-            if self.cfg.progress_bar
-            else None
-        )
-        try:
-            for k in range(self.sft.steps):
-                t0 = time.perf_counter()
-                record = self.sft_step()
-                record["sft/step"] = float(k + 1)
-                record["time/sft_step_s"] = time.perf_counter() - t0
-                self._log(logger, record, None)
-                if bar is not None:
-                    bar.update(1)
-                    loss = record.get("sft/loss")
-                    if loss is not None:
-                        bar.set_postfix({"loss": f"{loss:.3g}"}, refresh=False)
-        finally:
-            if bar is not None:
-                bar.close()
-        if self.refresh_reference:
-            self._wait(self.actor.call("update_reference_model"))
-        self.sft_done = True
-
-    def run(self) -> RunResult:
-        """SFT warm-up (unless done), then ``runner.total_steps`` RL steps (resuming first if asked)."""
-        cfg = self.cfg
-        random.seed(cfg.seed)
-        self.checkpoints.clean_stale()
-        resume = resolve_resume_dir(cfg.resume_dir, self.log_path)
-        if resume is not None:
-            self.load_checkpoint(resume)
-        total, val = cfg.total_steps, cfg.val_check_interval
-        logger = MetricLogger(
-            self.log_path,
-            cfg.logger.logger_backends,
-            project=cfg.logger.project_name,
-            experiment=cfg.logger.experiment_name,
-            config=self.run_config,
-        )
-        bar = None
-        train_start = time.perf_counter()
-        self._eval_time_s = 0.0
-        try:
-            if not self.sft_done:
-                self._warm_up(logger)
-                if cfg.save_interval > 0:
-                    self.save_checkpoint()
-            if cfg.progress_bar:
-                bar = tqdm(
-                    total=total, initial=self.global_step, desc="train", unit="step", dynamic_ncols=True
-                )
-            while self.global_step < total:
-                step = self.global_step
-                self.sync_weights()
-                if val > 0 and step % val == 0:
-                    self._log(logger, self.evaluate(), bar)
-                record = self.train_step()
-                self.global_step = step + 1
-                record["time/step_s"] = record["time/rollout_s"] + record["time/train_s"]
-                record["time/train_wall_s"] = time.perf_counter() - train_start - self._eval_time_s
-                self._log(logger, record, bar, advance=True)
-                if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
-                    self.save_checkpoint()
-            if val > 0 and self.eval_data and self._last_eval_step != self.global_step:
-                self.sync_weights()
-                self._log(logger, self.evaluate(), bar)
-            if cfg.save_interval >= 0 and self.checkpoints.latest() != self.checkpoints.path_for(
-                self.global_step
-            ):
-                self.save_checkpoint()
-        finally:
-            if bar is not None:
-                bar.close()
-            logger.close()
-        return RunResult(
-            self.log_path,
-            self.log_path / "metrics.jsonl",
-            self.checkpoints.latest(),
-            self.global_step,
-            self.last_eval,
-        )
-
-    def _log(
-        self, logger: MetricLogger, record: dict[str, float], bar: Any, *, advance: bool = False
-    ) -> None:
-        if not record:
-            return
-        log_step(
-            logger,
-            self.global_step,
-            record,
-            bar,
-            on_step=self.on_step,
-            last_eval=self.last_eval,
-            shown=_REASONING_SHOWN,
-            advance=advance,
-        )

@@ -23,7 +23,7 @@ from rlinf_scheduler import Cluster, ClusterConfig, Worker
 
 from .._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig
 from .._config import RunnerConfig
-from .._reasoning import SFTConfig
+from .._llm import SFTConfig
 from ._app import OnStep
 from ._llm import LLMApp
 

@@ -16,8 +16,8 @@ from rlinf_core.checkpoint import CheckpointError, resolve_resume_dir
 from rlinf_core.config import ConfigError, load_config
 from rlinf_scheduler import Cluster, ClusterConfig, Worker
 
+from .._base import RunResult
 from .._config import RunnerConfig
-from .._embodied import RunResult
 
 __all__ = ["App", "AppRunner", "OnStep", "WorkerClasses", "run_app"]
 

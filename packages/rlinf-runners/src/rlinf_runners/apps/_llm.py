@@ -35,7 +35,7 @@ from rlinf_scheduler import (
 )
 
 from .._config import RunnerConfig
-from .._reasoning import SFTConfig
+from .._llm import SFTConfig
 from ._app import App, WorkerClasses
 
 __all__ = ["LLMApp"]

@@ -1,0 +1,247 @@
+"""What the LLM runners share on top of :class:`~rlinf_runners.Runner`: prompts, the SFT warm-up, scoring.
+
+:class:`LLMRunner` is the common layer of :class:`~rlinf_runners.ReasoningRunner` and
+:class:`~rlinf_runners.AgentRunner` (siblings, neither extends the other): it tokenizes the prompt sets on the
+driver, samples prompts and demonstrations resumably, fans calls out over the rollout and reward ranks, moves
+models on and off the accelerators between phases (collocated runs), runs the SFT warm-up before the first RL
+step, and checkpoints the actor plus the samplers. A subclass implements :meth:`~rlinf_runners.Runner.train_step`,
+:meth:`LLMRunner.evaluate` and :meth:`LLMRunner.sft_step`.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import numpy.typing as npt
+from attrs import validators as v
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, PromptSampler
+from rlinf_core.metrics import MetricLogger
+from tqdm.auto import tqdm
+
+from ._base import GroupLike, Runner, StepCallback
+from ._config import RunnerConfig
+
+__all__ = ["Batch", "LLMRunner", "SFTConfig"]
+
+Batch = dict[str, npt.NDArray[Any]]
+"""A training batch: named numpy arrays, ``[N, T]`` or ``[N]``."""
+
+
+@attrs.frozen(kw_only=True)
+class SFTConfig:
+    """The supervised warm-up before RL (config ``sft``); demonstrations come from ``data.sft_path``."""
+
+    steps: int = attrs.field(default=0, validator=v.ge(0))
+    """``actor.run_sft`` calls (optimizer updates) before the first RL step (``0``: no warm-up)."""
+    batch_size: int = attrs.field(default=16, validator=v.ge(1))
+    """Demonstrations per ``run_sft`` call."""
+    eval_before: bool = False
+    """Also evaluate the model before the warm-up (logged as ``eval_pre_sft/*``)."""
+
+
+class LLMRunner(Runner):
+    """The shared part of the LLM runners (see the module docstring; arguments as on the subclasses).
+
+    Raises:
+        ValueError: for an ``adv_type`` outside :attr:`adv_types`, a warm-up without demonstrations, a ``batch_multiple`` below 1, or a prompt longer
+            than ``data.max_prompt_length``.
+    """
+
+    progress_keys: ClassVar[Sequence[tuple[str, str]]] = (
+        ("rollout/accuracy", "acc"),
+        ("eval/accuracy", "eval"),
+        ("train/actor/policy_loss", "loss"),
+        ("time/step_s", "s/step"),
+    )
+
+    adv_types: ClassVar[tuple[str, ...]]
+    """The ``algorithm.adv_type`` values the runner supports."""
+    runner_name: ClassVar[str]
+    """How errors name the runner (``reasoning``, ``agent``)."""
+
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        *,
+        actor: GroupLike,
+        rollout: GroupLike,
+        reward: GroupLike,
+        algorithm: AlgorithmConfig,
+        data: DataConfig,
+        encoder: PromptEncoder,
+        train_data: PromptDataset,
+        sampling: Mapping[str, Any],
+        eval_data: PromptDataset | None = None,
+        eval_sampling: Mapping[str, Any] | None = None,
+        sft: SFTConfig | None = None,
+        sft_data: PromptDataset | None = None,
+        to_batch: Callable[[Batch], Any] | None = None,
+        offload: bool = False,
+        batch_multiple: int = 1,
+        refresh_reference: bool = False,
+        run_config: Mapping[str, Any] | None = None,
+        on_step: StepCallback | None = None,
+    ) -> None:
+        if algorithm.adv_type.lower() not in self.adv_types:
+            raise ValueError(
+                f"algorithm.adv_type {algorithm.adv_type!r} is not supported by the {self.runner_name} runner; "
+                f"allowed: {', '.join(self.adv_types)}"
+            )
+        if sft_data is not None:
+            self.check_sft_data(sft_data)
+        self.sft = sft or SFTConfig()
+        if self.sft.steps > 0 and not sft_data:
+            raise ValueError("sft.steps > 0 needs SFT demonstrations (data.sft_path)")
+        if batch_multiple < 1:
+            raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+        super().__init__(cfg, run_config=run_config, on_step=on_step)
+        self.actor = actor
+        self.rollout = rollout
+        self.reward = reward
+        self.algorithm = algorithm
+        self.group_size = algorithm.group_size
+        self.data = data
+        self.encoder = encoder
+        self.train_data = train_data
+        self.eval_data = (
+            eval_data if eval_data is None or data.eval_size is None else eval_data[: data.eval_size]
+        )
+        self.sft_data = sft_data
+        self.sampling = dict(sampling)
+        self.eval_sampling = (
+            dict(eval_sampling) if eval_sampling is not None else {**self.sampling, "temperature": 0.0}
+        )
+        self.to_batch = to_batch or (lambda b: b)
+        self.offload = offload
+        self.batch_multiple = batch_multiple
+        self.refresh_reference = refresh_reference
+        self.sft_done = self.sft.steps == 0
+        self.sampler = PromptSampler(len(train_data), seed=data.seed, shuffle=data.shuffle)
+        self.sft_sampler = (
+            PromptSampler(len(sft_data), seed=data.seed + 1, shuffle=data.shuffle) if sft_data else None
+        )
+        self._train_ids = self._encode_all(train_data, "data.train_path")
+        self._eval_ids = self._encode_all(self.eval_data, "data.eval_path") if self.eval_data else []
+
+    # ---------------------------------------------------------------------------------------------- hooks
+    @abc.abstractmethod
+    def evaluate(self, prefix: str = "eval") -> dict[str, float]:
+        """One greedy evaluation on the held-out prompts; returns ``<prefix>/*`` metrics (empty without any)."""
+
+    @abc.abstractmethod
+    def sft_step(self) -> dict[str, float]:
+        """One warm-up update on the next ``sft.batch_size`` demonstrations; returns ``sft/*`` metrics."""
+
+    def check_sft_data(self, sft_data: PromptDataset) -> None:
+        """Raise ``ValueError`` if the demonstrations lack what :meth:`sft_step` needs (default: accept)."""
+        del sft_data  # solutions are optional; sft_step trains on what is there
+
+    def has_evaluation(self) -> bool:
+        return bool(self.eval_data)
+
+    def runner_state(self) -> dict[str, Any]:
+        return {
+            "sft_done": self.sft_done,
+            "sampler": self.sampler.state_dict(),
+            "sft_sampler": self.sft_sampler.state_dict() if self.sft_sampler else None,
+        }
+
+    def load_runner_state(self, state: Mapping[str, Any] | None) -> None:
+        if state is None:
+            self.sft_done = True
+            return
+        self.sft_done = bool(state.get("sft_done", True))
+        self.sampler.load_state_dict(state["sampler"])
+        if self.sft_sampler is not None and state.get("sft_sampler"):
+            self.sft_sampler.load_state_dict(state["sft_sampler"])
+
+    def save_worker_state(self, staging: Path) -> None:
+        self.wait(self.actor.call("save_checkpoint", str(staging)))
+
+    def load_worker_state(self, path: Path) -> None:
+        self.wait(self.actor.call("load_checkpoint", str(path)))
+
+    def sync_weights(self) -> None:
+        """Send the actor's weights to every rollout rank (versioned broadcast)."""
+        self._phase(self.rollout, "onload")
+        send = self.actor.call("sync_model_to_rollout", self.rollout.name)
+        recv = self.rollout.call("sync_model_from_actor", self.actor.name)
+        self.wait(send)
+        self.wait(recv)
+
+    def before_training(self, logger: MetricLogger) -> None:
+        """The SFT warm-up (unless a resumed checkpoint already did it), then a checkpoint if saving."""
+        if self.sft_done:
+            return
+        self._warm_up(logger)
+        if self.cfg.save_interval > 0:
+            self.save_checkpoint()
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def _encode_all(self, dataset: PromptDataset, what: str) -> list[list[int]]:
+        ids = [self.encoder.encode_prompt(example) for example in dataset]
+        too_long = [i for i, p in enumerate(ids) if len(p) > self.data.max_prompt_length]
+        if too_long:
+            longest = max(len(ids[i]) for i in too_long)
+            raise ValueError(
+                f"{what} ({dataset.source}): {len(too_long)} prompt(s) are longer than data.max_prompt_length="
+                f"{self.data.max_prompt_length} tokens (longest {longest}, first at row {too_long[0]}); "
+                "raise data.max_prompt_length or shorten the prompts"
+            )
+        return ids
+
+    def _gather(self, group: GroupLike, method: str, *args: Any) -> list[Any]:
+        """Call ``method(*args)`` on every rank (each takes its share); concatenate the lists in rank order."""
+        out: list[Any] = []
+        for part in self.wait(group.call(method, *args)):
+            out += list(part)
+        return out
+
+    def _score(self, texts: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[list[float], list[bool]]:
+        results = self.wait(self.reward.call("compute", list(texts), [list(r) for r in refs]))
+        rewards = [float(x) for res in results for x in res["rewards"]]
+        correct = [bool(x) for res in results for x in res["correct"]]
+        if len(rewards) != len(texts) or len(correct) != len(texts):
+            raise RuntimeError(f"the reward group returned {len(rewards)} rewards for {len(texts)} responses")
+        return rewards, correct
+
+    def _phase(self, group: GroupLike, method: str) -> None:
+        if self.offload:
+            self.wait(group.call(method))
+
+    def _actor_all(self, method: str, batch: Batch) -> list[Any]:
+        return self.wait(self.actor.call(method, self.to_batch(batch)))
+
+    def _warm_up(self, logger: MetricLogger) -> None:
+        if self.sft.eval_before and self.eval_data:
+            self.sync_weights()
+            self.log(logger, self.evaluate("eval_pre_sft"), None)
+        bar = (
+            tqdm(total=self.sft.steps, desc="sft", unit="step", dynamic_ncols=True)
+            if self.cfg.progress_bar
+            else None
+        )
+        try:
+            for k in range(self.sft.steps):
+                t0 = time.perf_counter()
+                record = self.sft_step()
+                record["sft/step"] = float(k + 1)
+                record["time/sft_step_s"] = time.perf_counter() - t0
+                self.log(logger, record, None)
+                if bar is not None:
+                    bar.update(1)
+                    loss = record.get("sft/loss")
+                    if loss is not None:
+                        bar.set_postfix({"loss": f"{loss:.3g}"}, refresh=False)
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.refresh_reference:
+            self.wait(self.actor.call("update_reference_model"))
+        self.sft_done = True
