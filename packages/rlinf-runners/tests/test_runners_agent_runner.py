@@ -42,14 +42,20 @@ class _Group:
         handler = self.handlers.get(method)
         return handler(rank, *args, **kwargs) if handler else None
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
+        assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
+        method = fn.__name__
         return _Done([self._one(method, r, args, kwargs) for r in range(self.world_size)])
 
     def execute_on(self, *ranks: int) -> Any:
         group = self
 
         class _R:
-            def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
+            def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
+                assert fn.__module__ == "rlinf_core.protocols._roles", (
+                    f"runners call role methods, not {fn!r}"
+                )
+                method = fn.__name__
                 return _Done([group._one(method, ranks[0], args, kwargs)])
 
         return _R()

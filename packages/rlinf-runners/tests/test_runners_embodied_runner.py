@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ class FakeGroup:
         self.evals = evals
         self.version = 0
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
+        assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
+        method = fn.__name__
         self.log.append(f"{self.name}.{method}")
         if method == "pop_timings":
             return _Done([{"work": 0.5}])

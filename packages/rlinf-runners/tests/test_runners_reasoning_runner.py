@@ -39,7 +39,9 @@ class FakeGroup:
     ):
         self.name, self.log, self.handlers, self.world_size = name, log, handlers, world_size
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _Done:
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
+        assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
+        method = fn.__name__
         self.log.append(f"{self.name}.{method}")
         handler = self.handlers.get(method)
         return _Done([handler(r, *args) if handler else None for r in range(self.world_size)])

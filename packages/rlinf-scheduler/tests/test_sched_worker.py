@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 import pytest
@@ -19,6 +19,7 @@ from rlinf_scheduler import (
     FlexiblePlacementStrategy,
     NodePlacementStrategy,
     PackedPlacementStrategy,
+    RoleGroup,
     SchedulerTimeoutError,
     StaticClusterView,
     Worker,
@@ -198,6 +199,33 @@ def test_async_methods_compose(cluster: Cluster) -> None:
         assert group.composed(10).wait(timeout=60) == [[10, 11, 12, 4], [11, 12, 13, 4]]
         assert group.sync_calls_async(5).wait(timeout=60) == [5, 6]
         assert group.pop_timings().wait(timeout=30)[0].keys() == {"work_async"}
+    finally:
+        group.shutdown()
+
+
+class Scaler(Protocol):
+    """A role protocol: the methods a driver calls, with the worker's signatures."""
+
+    def scaled(self, x: int, *, plus: int = 0) -> tuple[str, int]: ...
+
+    def missing(self) -> None: ...
+
+
+def test_call_with_a_role_method(cluster: Cluster) -> None:
+    group = Echo.create_group("r", scale=2).launch(cluster, PackedPlacementStrategy(0, 1), name="typed")
+    try:
+        role: RoleGroup[Scaler] = group  # a WorkerGroup is a RoleGroup of any role its class plays
+        call = role.call(Scaler.scaled, 3, plus=1)
+        assert call.wait(timeout=60) == [("r", 7), ("r", 8)]
+        assert group.call(Echo.scaled, 1).wait(timeout=30) == [("r", 2), ("r", 3)]
+        assert group.execute_on(1).call(Scaler.scaled, 0).wait(timeout=30) == [("r", 1)]
+        assert group.call("scaled", 1).wait(timeout=30) == [("r", 2), ("r", 3)]  # the name form stays
+        with pytest.raises(AttributeError, match=r"no public method 'missing'.*'scaled'"):
+            role.call(Scaler.missing)
+        with pytest.raises(TypeError, match="expected a method name or a method"):
+            group.call(lambda self: None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="expected a method name or a method"):
+            group.call(3)  # type: ignore[call-overload]
     finally:
         group.shutdown()
 

@@ -14,7 +14,7 @@ from ._config import LoggerConfig, RunnerConfig
 
 if TYPE_CHECKING:
     from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
-    from ._base import GroupLike, Runner, RunResult, StepCallback
+    from ._base import Runner, RunResult, StepCallback
     from ._embodied import EmbodiedRunner
     from ._llm import LLMRunner, SFTConfig
     from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner
@@ -29,7 +29,6 @@ __getattr__ = lazy_exports(
         "AgentRunner": "._agent",
         "TurnRewardConfig": "._agent",
         "turn_advantages": "._agent",
-        "GroupLike": "._base",
         "Runner": "._base",
         "RunResult": "._base",
         "StepCallback": "._base",
@@ -47,7 +46,6 @@ __all__ = [
     "REASONING_ADV_TYPES",
     "AgentRunner",
     "EmbodiedRunner",
-    "GroupLike",
     "LLMRunner",
     "LoggerConfig",
     "ReasoningRunner",

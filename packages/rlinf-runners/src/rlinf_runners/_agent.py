@@ -3,9 +3,9 @@
 :class:`AgentRunner` is the reasoning runner's sibling whose rollout runs whole tool-using episodes instead
 of single responses. Both extend :class:`~rlinf_runners.LLMRunner` (warm-up, evaluation cadence, weight sync,
 checkpoints, resume, metrics); this one implements the collection, the advantages and the evaluation.
-The groups are driven by method name only:
+The groups are driven through their role protocols (``rlinf_core.protocols``):
 
-- ``rollout``: ``run_episodes(requests, sampling) -> list[dict]`` (one episode per request: ``prompt_ids``,
+- ``rollout`` (:class:`~rlinf_core.protocols.AgentRollout`): ``run_episodes(requests, sampling) -> list[dict]`` (one episode per request: ``prompt_ids``,
   ``token_ids``, ``loss_mask``, ``rollout_logprobs``, ``turns``, ``response_text``, ``finish_reason``,
   ``num_tool_calls``, ``num_tool_errors``; ``rlinf_rollout.agent.AgentRolloutWorker`` fits),
   ``build_demonstrations(requests) -> list[dict]`` (``prompt_ids``, ``token_ids``, ``loss_mask``),
@@ -36,8 +36,10 @@ from attrs import validators as v
 from rlinf_algos import grpo_dynamic
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, pack_sequences
+from rlinf_core.protocols import AgentRollout, LLMActor, OffloadRole, RewardRole
+from rlinf_scheduler import RoleGroup
 
-from ._base import GroupLike, StepCallback
+from ._base import StepCallback
 from ._config import RunnerConfig
 from ._llm import Batch, LLMRunner, SFTConfig
 from ._metrics import mean, mean_over_ranks, prefixed
@@ -123,7 +125,7 @@ def turn_advantages(
     return out, turn_rewards
 
 
-class AgentRunner(LLMRunner):
+class AgentRunner(LLMRunner[AgentRollout]):
     """SFT warm-up on tool-use demonstrations, then multi-turn RL (see the module docstring).
 
     Args:
@@ -157,9 +159,9 @@ class AgentRunner(LLMRunner):
         self,
         cfg: RunnerConfig,
         *,
-        actor: GroupLike,
-        rollout: GroupLike,
-        reward: GroupLike,
+        actor: RoleGroup[LLMActor],
+        rollout: RoleGroup[AgentRollout],
+        reward: RoleGroup[RewardRole],
         algorithm: AlgorithmConfig,
         data: DataConfig,
         encoder: PromptEncoder,
@@ -212,7 +214,9 @@ class AgentRunner(LLMRunner):
         self, requests: Sequence[Mapping[str, Any]], sampling: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """Run one episode per request; every rollout rank gets the full list and runs its contiguous share."""
-        episodes = self._gather(self.rollout, "run_episodes", [dict(r) for r in requests], dict(sampling))
+        episodes = self._gather(
+            self.rollout.call(AgentRollout.run_episodes, [dict(r) for r in requests], dict(sampling))
+        )
         if len(episodes) != len(requests):
             raise RuntimeError(f"the rollout returned {len(episodes)} episodes for {len(requests)} requests")
         return episodes
@@ -253,7 +257,7 @@ class AgentRunner(LLMRunner):
         start = time.perf_counter()
         requests = [{"prompt_ids": p} for p in self._eval_ids]
         episodes = self.run_episodes(requests, self.eval_sampling)
-        self._phase(self.rollout, "offload")
+        self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score(
             [e["response_text"] for e in episodes], [x.answers for x in self.eval_data]
         )
@@ -293,7 +297,7 @@ class AgentRunner(LLMRunner):
                 {"prompt_ids": self.encoder.encode_prompt(e), "demo": list(e.extra["demo"])}
                 for e in self.sft_data
             ]
-            self._demos = self._gather(self.rollout, "build_demonstrations", requests)
+            self._demos = self._gather(self.rollout.call(AgentRollout.build_demonstrations, requests))
         return self._demos
 
     def sft_step(self) -> dict[str, float]:
@@ -303,7 +307,7 @@ class AgentRunner(LLMRunner):
         picked = [demos[i] for i in self.sft_sampler.next_batch(self.sft.batch_size)]
         batch = _episode_batch(picked, self.encoder.pad_token_id)
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
-        return prefixed(mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
+        return prefixed(mean_over_ranks(self._actor_all(LLMActor.run_sft, batch)), "sft")
 
     # ------------------------------------------------------------------------------------------------ RL
     def train_step(self) -> dict[str, float]:
@@ -315,7 +319,7 @@ class AgentRunner(LLMRunner):
         refs = [self.train_data[i].answers for i in idx for _ in range(gs)]
         kinds = [str(self.train_data[i].extra.get("kind", "task")) for i in idx for _ in range(gs)]
         episodes = self.run_episodes(requests, self.sampling)
-        self._phase(self.rollout, "offload")
+        self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score([e["response_text"] for e in episodes], refs)
         t1 = time.perf_counter()
         metrics = self.episode_metrics(episodes, correct, "rollout", kinds)
@@ -352,13 +356,15 @@ class AgentRunner(LLMRunner):
         metrics["adv/mean"] = float(valid.mean()) if valid.size else math.nan
         metrics["adv/std"] = float(valid.std()) if valid.size else math.nan
         metrics["adv/trained_tokens"] = float(valid.size)
-        self._phase(self.actor, "onload")
+        self._phase(self.actor, OffloadRole.onload)
         train_batch = {
             k: batch[k]
             for k in ("input_ids", "attention_mask", "loss_mask", "advantages", "rollout_logprobs", "rewards")
         }
-        metrics.update(prefixed(mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
-        self._phase(self.actor, "offload")
+        metrics.update(
+            prefixed(mean_over_ranks(self._actor_all(LLMActor.run_training, train_batch)), "train")
+        )
+        self._phase(self.actor, OffloadRole.offload)
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics

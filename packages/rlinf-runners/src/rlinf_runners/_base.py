@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, TypeVar
 
 from rlinf_core.checkpoint import (
     CheckpointManager,
@@ -25,34 +25,21 @@ from rlinf_core.checkpoint import (
     restore_rng_state,
 )
 from rlinf_core.metrics import MetricLogger
+from rlinf_scheduler import RoleCall
 from tqdm.auto import tqdm
 
 from ._config import RunnerConfig
 from ._progress import log_step
 
-__all__ = ["RUNNER_STATE_FILE", "GroupLike", "RunResult", "Runner", "StepCallback"]
+__all__ = ["RUNNER_STATE_FILE", "RunResult", "Runner", "StepCallback"]
 
 RUNNER_STATE_FILE = "runner_state.pkl"
 """The runner's own state in a checkpoint directory (next to what the workers save)."""
 
+R = TypeVar("R")
+
 StepCallback = Callable[[int, dict[str, float]], None]
 """``on_step(global_step, record)``: called after each logged record with what the logger wrote."""
-
-
-class _CallLike(Protocol):
-    def wait(self, timeout: float | None = None) -> list[Any]: ...
-
-
-class GroupLike(Protocol):
-    """What a runner needs of a worker group (``rlinf_scheduler.WorkerGroup`` fits)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def world_size(self) -> int: ...
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> _CallLike: ...
 
 
 class RunResult:
@@ -183,7 +170,7 @@ class Runner(abc.ABC):
         return None  # nothing by default
 
     # ------------------------------------------------------------------------------------------ helpers
-    def wait(self, call: _CallLike) -> list[Any]:
+    def wait(self, call: RoleCall[R]) -> list[R]:
         """The per-rank results of a group call, waiting at most ``runner.step_timeout_s``."""
         return call.wait(timeout=self.cfg.step_timeout_s)
 

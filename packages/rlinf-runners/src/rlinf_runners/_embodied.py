@@ -1,13 +1,13 @@
 """The embodied training loop: weight sync, env ↔ rollout exchange, actor update, evaluation, checkpoints.
 
-The runner drives three worker groups by method name only (it imports no env, model or rollout code):
+The runner drives three worker groups through their role protocols (``rlinf_core.protocols``; it imports no
+env, model or rollout code):
 
-- ``actor``: ``sync_model_to_rollout(rollout_group)``, ``recv_rollout_batch(channel, num_messages, timeout)``,
-  ``compute_advantages_and_returns()``, ``run_training() -> dict``, ``save_checkpoint(dir)``,
-  ``load_checkpoint(dir)``, ``get_model_version()``;
-- ``rollout``: ``sync_model_from_actor(actor_group)``, ``generate(env_group, mode)``;
-- ``env``: ``interact(rollout_group, actor_channel, actor_world_size) -> dict`` (episode metrics) and
-  ``evaluate(rollout_group) -> dict``.
+- ``actor`` (:class:`~rlinf_core.protocols.EmbodiedActor`): ``sync_model_to_rollout``, ``recv_rollout_batch``,
+  ``compute_advantages_and_returns``, ``run_training``, ``save_checkpoint``, ``load_checkpoint``;
+- ``rollout`` (:class:`~rlinf_core.protocols.EmbodiedRollout`): ``sync_model_from_actor``, ``generate``;
+- ``env`` (:class:`~rlinf_core.protocols.EnvRole`): ``interact`` (episode metrics) and ``evaluate``;
+- all three: ``pop_timings`` for the ``time/<group>/*`` metrics.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlinf_scheduler import Channel
+from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole
+from rlinf_scheduler import Channel, RoleGroup
 
-from ._base import GroupLike, Runner, StepCallback
+from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 from ._metrics import mean_over_ranks
 
@@ -50,7 +51,7 @@ class EmbodiedRunner(Runner):
 
     Args:
         cfg: the ``runner`` config.
-        actor: the actor group (see the module docstring for the methods it must have).
+        actor: the actor group (the ``EmbodiedActor`` role).
         rollout: the rollout group.
         env: the env group.
         rollout_epoch: rollouts per training step (``algorithm.rollout_epoch``); each env rank puts one
@@ -73,9 +74,9 @@ class EmbodiedRunner(Runner):
         self,
         cfg: RunnerConfig,
         *,
-        actor: GroupLike,
-        rollout: GroupLike,
-        env: GroupLike,
+        actor: RoleGroup[EmbodiedActor],
+        rollout: RoleGroup[EmbodiedRollout],
+        env: RoleGroup[EnvRole],
         rollout_epoch: int = 1,
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
@@ -98,8 +99,8 @@ class EmbodiedRunner(Runner):
 
     def _timings(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        groups = (self.actor, self.rollout, self.env)
-        calls = [group.call("pop_timings") for group in groups]  # all in flight at once
+        groups: tuple[RoleGroup[TimedRole], ...] = (self.actor, self.rollout, self.env)
+        calls = [group.call(TimedRole.pop_timings) for group in groups]  # all in flight at once
         for group, call in zip(groups, calls, strict=True):
             per_rank = self.wait(call)
             names: dict[str, None] = {}
@@ -113,16 +114,16 @@ class EmbodiedRunner(Runner):
     # ---------------------------------------------------------------------------------------- the phases
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned)."""
-        send = self.actor.call("sync_model_to_rollout", self.rollout.name)
-        recv = self.rollout.call("sync_model_from_actor", self.actor.name)
+        send = self.actor.call(EmbodiedActor.sync_model_to_rollout, self.rollout.name)
+        recv = self.rollout.call(EmbodiedRollout.sync_model_from_actor, self.actor.name)
         self.wait(send)
         self.wait(recv)
 
     def evaluate(self) -> dict[str, float]:
         """Run the evaluation envs with deterministic actions; returns ``eval/*`` metrics."""
         start = time.perf_counter()
-        serve = self.rollout.call("generate", self.env.name, "eval")
-        results = self.wait(self.env.call("evaluate", self.rollout.name))
+        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "eval")
+        results = self.wait(self.env.call(EnvRole.evaluate, self.rollout.name))
         self.wait(serve)
         return self.record_eval(_merge_episode_stats(results, "eval"), start)
 
@@ -131,14 +132,18 @@ class EmbodiedRunner(Runner):
         t0 = time.perf_counter()
         channel = self._channel_for_actor()
         num_messages = self.env.world_size * self.rollout_epoch
-        gather = self.actor.call("recv_rollout_batch", channel, num_messages, self.cfg.step_timeout_s)
-        serve = self.rollout.call("generate", self.env.name, "train")
-        env_results = self.wait(self.env.call("interact", self.rollout.name, channel, self.actor.world_size))
+        gather = self.actor.call(
+            EmbodiedActor.recv_rollout_batch, channel, num_messages, self.cfg.step_timeout_s
+        )
+        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "train")
+        env_results = self.wait(
+            self.env.call(EnvRole.interact, self.rollout.name, channel, self.actor.world_size)
+        )
         self.wait(serve)
         self.wait(gather)
         t1 = time.perf_counter()
-        adv = self.wait(self.actor.call("compute_advantages_and_returns"))
-        train = mean_over_ranks(self.wait(self.actor.call("run_training")))
+        adv = self.wait(self.actor.call(EmbodiedActor.compute_advantages_and_returns))
+        train = mean_over_ranks(self.wait(self.actor.call(EmbodiedActor.run_training)))
         t2 = time.perf_counter()
         metrics: dict[str, float] = {}
         if adv and isinstance(adv[0], Mapping):
@@ -161,10 +166,10 @@ class EmbodiedRunner(Runner):
 
     # ------------------------------------------------------------------------------------ checkpointing
     def save_worker_state(self, staging: Path) -> None:
-        self.wait(self.actor.call("save_checkpoint", str(staging)))
+        self.wait(self.actor.call(EmbodiedActor.save_checkpoint, str(staging)))
 
     def load_worker_state(self, path: Path) -> None:
-        self.wait(self.actor.call("load_checkpoint", str(path)))
+        self.wait(self.actor.call(EmbodiedActor.load_checkpoint, str(path)))
 
     # ------------------------------------------------------------------------------------- run hooks
     def reached_target(self) -> bool:

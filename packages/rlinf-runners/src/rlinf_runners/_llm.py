@@ -14,7 +14,7 @@ import abc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 import numpy.typing as npt
@@ -22,15 +22,22 @@ from attrs import validators as v
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, PromptSampler
 from rlinf_core.metrics import MetricLogger
+from rlinf_core.protocols import LLMActor, LLMRollout, OffloadRole, RewardRole
+from rlinf_scheduler import RoleCall, RoleGroup
 from tqdm.auto import tqdm
 
-from ._base import GroupLike, Runner, StepCallback
+from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 
 __all__ = ["Batch", "LLMRunner", "SFTConfig"]
 
 Batch = dict[str, npt.NDArray[Any]]
 """A training batch: named numpy arrays, ``[N, T]`` or ``[N]``."""
+
+RolloutT = TypeVar("RolloutT", bound=LLMRollout)
+"""The rollout role of an LLM runner (``LLMRollout``, or ``AgentRollout`` for whole episodes)."""
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @attrs.frozen(kw_only=True)
@@ -45,7 +52,7 @@ class SFTConfig:
     """Also evaluate the model before the warm-up (logged as ``eval_pre_sft/*``)."""
 
 
-class LLMRunner(Runner):
+class LLMRunner(Runner, Generic[RolloutT]):
     """The shared part of the LLM runners (see the module docstring; arguments as on the subclasses).
 
     Raises:
@@ -69,9 +76,9 @@ class LLMRunner(Runner):
         self,
         cfg: RunnerConfig,
         *,
-        actor: GroupLike,
-        rollout: GroupLike,
-        reward: GroupLike,
+        actor: RoleGroup[LLMActor],
+        rollout: RoleGroup[RolloutT],
+        reward: RoleGroup[RewardRole],
         algorithm: AlgorithmConfig,
         data: DataConfig,
         encoder: PromptEncoder,
@@ -162,16 +169,16 @@ class LLMRunner(Runner):
             self.sft_sampler.load_state_dict(state["sft_sampler"])
 
     def save_worker_state(self, staging: Path) -> None:
-        self.wait(self.actor.call("save_checkpoint", str(staging)))
+        self.wait(self.actor.call(LLMActor.save_checkpoint, str(staging)))
 
     def load_worker_state(self, path: Path) -> None:
-        self.wait(self.actor.call("load_checkpoint", str(path)))
+        self.wait(self.actor.call(LLMActor.load_checkpoint, str(path)))
 
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned broadcast)."""
-        self._phase(self.rollout, "onload")
-        send = self.actor.call("sync_model_to_rollout", self.rollout.name)
-        recv = self.rollout.call("sync_model_from_actor", self.actor.name)
+        self._phase(self.rollout, OffloadRole.onload)
+        send = self.actor.call(LLMActor.sync_model_to_rollout, self.rollout.name)
+        recv = self.rollout.call(LLMRollout.sync_model_from_actor, self.actor.name)
         self.wait(send)
         self.wait(recv)
 
@@ -196,26 +203,28 @@ class LLMRunner(Runner):
             )
         return ids
 
-    def _gather(self, group: GroupLike, method: str, *args: Any) -> list[Any]:
-        """Call ``method(*args)`` on every rank (each takes its share); concatenate the lists in rank order."""
-        out: list[Any] = []
-        for part in self.wait(group.call(method, *args)):
+    def _gather(self, call: RoleCall[list[T]]) -> list[T]:
+        """The lists a call returned on every rank (each rank's share), concatenated in rank order."""
+        out: list[T] = []
+        for part in self.wait(call):
             out += list(part)
         return out
 
     def _score(self, texts: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[list[float], list[bool]]:
-        results = self.wait(self.reward.call("compute", list(texts), [list(r) for r in refs]))
+        results = self.wait(self.reward.call(RewardRole.compute, list(texts), [list(r) for r in refs]))
         rewards = [float(x) for res in results for x in res["rewards"]]
         correct = [bool(x) for res in results for x in res["correct"]]
         if len(rewards) != len(texts) or len(correct) != len(texts):
             raise RuntimeError(f"the reward group returned {len(rewards)} rewards for {len(texts)} responses")
         return rewards, correct
 
-    def _phase(self, group: GroupLike, method: str) -> None:
+    def _phase(self, group: RoleGroup[OffloadRole], method: Callable[[OffloadRole], None]) -> None:
+        """``offload``/``onload`` between phases when the run asks for it (collocated groups)."""
         if self.offload:
             self.wait(group.call(method))
 
-    def _actor_all(self, method: str, batch: Batch) -> list[Any]:
+    def _actor_all(self, method: Callable[[LLMActor, Mapping[str, Any]], R], batch: Batch) -> list[R]:
+        """Send the whole ``batch`` to every actor rank (each trains on its share)."""
         return self.wait(self.actor.call(method, self.to_batch(batch)))
 
     def _warm_up(self, logger: MetricLogger) -> None:
@@ -243,5 +252,5 @@ class LLMRunner(Runner):
             if bar is not None:
                 bar.close()
         if self.refresh_reference:
-            self.wait(self.actor.call("update_reference_model"))
+            self.wait(self.actor.call(LLMActor.update_reference_model))
         self.sft_done = True

@@ -1,15 +1,16 @@
 """The reasoning training loop: SFT warm-up, then generate → reward → DAPO filters → advantages → train → sync.
 
-The runner is the driver of a run with verifiable rewards on a causal LM. It drives three worker groups by
-method name only (it imports no model, tokenizer or generation code):
+The runner is the driver of a run with verifiable rewards on a causal LM. It drives three worker groups through
+their role protocols (``rlinf_core.protocols``; it imports no model, tokenizer or generation code):
 
-- ``actor``: ``run_sft(batch) -> dict``, ``compute_logprobs(batch) -> dict`` (``values`` for PPO, reference
-  log-probs for the Reinforce++ KL), ``run_training(batch) -> dict``, ``sync_model_to_rollout(rollout_group)``,
-  ``save_checkpoint(dir)``, ``load_checkpoint(dir)``, optionally ``offload()``/``onload()``;
-- ``rollout``: ``generate(prompts: list[list[int]], sampling: dict) -> list[dict]`` (each with ``token_ids``,
-  ``logprobs``, ``text``, ``finish_reason``), ``sync_model_from_actor(actor_group)``, optionally
-  ``offload()``/``onload()``;
-- ``reward``: ``compute(responses: list[str], references: list[list[str]]) -> {"rewards", "correct"}``.
+- ``actor`` (:class:`~rlinf_core.protocols.LLMActor`): ``run_sft(batch)``, ``compute_logprobs(batch)``
+  (``values`` for PPO, reference log-probs for the Reinforce++ KL), ``run_training(batch)``,
+  ``sync_model_to_rollout``, ``save_checkpoint``, ``load_checkpoint``, ``offload``/``onload`` when offloading;
+- ``rollout`` (:class:`~rlinf_core.protocols.LLMRollout`): ``generate(prompts, sampling)`` (one dict per
+  prompt with ``token_ids``, ``logprobs``, ``text``, ``finish_reason``), ``sync_model_from_actor``,
+  ``offload``/``onload`` when offloading;
+- ``reward`` (:class:`~rlinf_core.protocols.RewardRole`): ``compute(responses, references)`` →
+  ``{"rewards", "correct"}``.
 
 Prompts are tokenized on the driver by a :class:`~rlinf_core.data.PromptEncoder`. Every group call sends the
 same full list or batch to all ranks; each rank works on its contiguous share (``rollout.generate`` and
@@ -43,6 +44,7 @@ from rlinf_algos import (
     reinpp,
 )
 from rlinf_core.data import pack_sequences
+from rlinf_core.protocols import LLMActor, LLMRollout, OffloadRole
 
 from ._llm import Batch, LLMRunner, SFTConfig
 from ._metrics import mean, mean_over_ranks, prefixed
@@ -71,12 +73,12 @@ class _Rollouts:
         self.truncated += other.truncated[start:stop]
 
 
-class ReasoningRunner(LLMRunner):
+class ReasoningRunner(LLMRunner[LLMRollout]):
     """Runs SFT warm-up then RL with verifiable rewards over actor, rollout and reward groups.
 
     Args:
         cfg: the ``runner`` config.
-        actor: the actor group (methods in the module docstring).
+        actor: the actor group (the ``LLMActor`` role).
         rollout: the rollout group.
         reward: the reward group.
         algorithm: the ``algorithm`` config (``adv_type`` in :data:`REASONING_ADV_TYPES`, ``group_size``,
@@ -117,7 +119,9 @@ class ReasoningRunner(LLMRunner):
         self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """Generate one response per prompt (sharded over the rollout ranks); returns the output dicts."""
-        outputs = self._gather(self.rollout, "generate", [list(p) for p in prompt_ids], dict(sampling))
+        outputs = self._gather(
+            self.rollout.call(LLMRollout.generate, [list(p) for p in prompt_ids], dict(sampling))
+        )
         if len(outputs) != len(prompt_ids):
             raise RuntimeError(f"the rollout returned {len(outputs)} outputs for {len(prompt_ids)} prompts")
         return outputs
@@ -128,7 +132,7 @@ class ReasoningRunner(LLMRunner):
             return {}
         start = time.perf_counter()
         outputs = self.generate(self._eval_ids, self.eval_sampling)
-        self._phase(self.rollout, "offload")
+        self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score([o["text"] for o in outputs], [e.answers for e in self.eval_data])
         lengths = [len(o["token_ids"]) for o in outputs]
         metrics = {
@@ -148,7 +152,7 @@ class ReasoningRunner(LLMRunner):
         targets = [self.encoder.encode_completion(e.solution or "") for e in examples]
         batch = pack_sequences(prompts, targets, pad_token_id=self.encoder.pad_token_id)
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
-        return prefixed(mean_over_ranks(self._actor_all("run_sft", batch)), "sft")
+        return prefixed(mean_over_ranks(self._actor_all(LLMActor.run_sft, batch)), "sft")
 
     def _generate_groups(self) -> tuple[_Rollouts, list[str], list[bool]]:
         """One generation batch: ``rollout_batch_size`` prompts x ``group_size`` samples, scored."""
@@ -211,7 +215,7 @@ class ReasoningRunner(LLMRunner):
                 or gen_batches >= alg.max_num_gen_batches
             ):
                 break
-        self._phase(self.rollout, "offload")
+        self._phase(self.rollout, OffloadRole.offload)
         metrics = {
             "rollout/reward_mean": mean(raw_rewards),
             "rollout/accuracy": mean([float(c) for c in correct]),
@@ -335,10 +339,10 @@ class ReasoningRunner(LLMRunner):
             metrics["time/train_s"] = 0.0
             return metrics
         batch = self.build_batch(rollouts)
-        self._phase(self.actor, "onload")
+        self._phase(self.actor, OffloadRole.onload)
         extra: Mapping[str, Any] = {}
         if self._needs_logprobs():
-            extra = self._actor_all("compute_logprobs", batch)[0]
+            extra = self._actor_all(LLMActor.compute_logprobs, batch)[0]
             for key in ("values", "ref_logprobs", "logprobs"):
                 if key in extra:
                     batch[f"{'old_' if key == 'logprobs' else ''}{key}"] = np.asarray(
@@ -346,8 +350,10 @@ class ReasoningRunner(LLMRunner):
                     )
         metrics.update(self.compute_advantages(batch, extra))
         train_batch = {k: val for k, val in batch.items() if k not in ("prompt_lengths", "response_lengths")}
-        metrics.update(prefixed(mean_over_ranks(self._actor_all("run_training", train_batch)), "train"))
-        self._phase(self.actor, "offload")
+        metrics.update(
+            prefixed(mean_over_ranks(self._actor_all(LLMActor.run_training, train_batch)), "train")
+        )
+        self._phase(self.actor, OffloadRole.offload)
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics

@@ -14,7 +14,7 @@ from ._component_placement import (
 )
 from ._config import ClusterConfig, NodeEnvConfig, NodeGroupConfig
 from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
-from ._group import GroupCall, GroupLauncher, WorkerGroup
+from ._group import GroupCall, GroupLauncher, RoleCall, RoleGroup, WorkerGroup
 from ._placement import (
     ClusterView,
     FlexiblePlacementStrategy,
@@ -52,6 +52,8 @@ __all__ = [
     "Placement",
     "PlacementMode",
     "PlacementStrategy",
+    "RoleCall",
+    "RoleGroup",
     "SchedulerTimeoutError",
     "StaticClusterView",
     "Work",

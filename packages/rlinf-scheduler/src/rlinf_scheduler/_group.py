@@ -9,8 +9,8 @@ import inspect
 import threading
 import time
 import weakref
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     from ._cluster import Cluster
     from ._placement import Placement, PlacementStrategy
 
-__all__ = ["GroupCall", "GroupLauncher", "WorkerGroup"]
+__all__ = ["GroupCall", "GroupLauncher", "RoleCall", "RoleGroup", "WorkerGroup"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+W_co = TypeVar("W_co", covariant=True)
 
 DEFAULT_MAX_CONCURRENCY = 32
 """Threads per worker actor: calls that may run at once (e.g. incoming communication while a method blocks)."""
@@ -197,6 +201,49 @@ def _recording_wrapper(fn: Any, name: str) -> Any:
     return method
 
 
+def _method_name(method: str | Callable[..., Any]) -> str:
+    """The worker method a group call names: a string, or a function whose ``__name__`` is the method's."""
+    if isinstance(method, str):
+        return method
+    name = getattr(method, "__name__", None)
+    if not callable(method) or not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"call: expected a method name or a method (e.g. MyRole.step), got {method!r}")
+    return name
+
+
+class RoleCall(Protocol[R]):
+    """What a typed group call returns (``GroupCall`` fits): one result per rank."""
+
+    def wait(self, timeout: float | None = None) -> list[R]: ...
+
+
+class RoleGroup(Protocol[W_co]):
+    """A group whose workers play role ``W_co`` (a Protocol of worker methods); ``WorkerGroup`` fits.
+
+    ``group.call(Role.method, *args)`` type-checks the arguments against ``Role.method`` and returns a call whose
+    ``wait()`` is a list of its return type, one per rank::
+
+        actor: RoleGroup[EmbodiedActor] = launcher.launch(cluster, name="actor")
+        metrics: list[dict[str, float]] = actor.call(EmbodiedActor.run_training).wait()
+    """
+
+    @property
+    def name(self) -> str:
+        """Group name."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """Number of workers."""
+        ...
+
+    def call(
+        self, method: Callable[Concatenate[W_co, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> RoleCall[R]:
+        """Run ``method(*args, **kwargs)`` on every rank."""
+        ...
+
+
 class WorkerGroup:
     """A launched group of workers: one Ray actor per rank.
 
@@ -319,9 +366,29 @@ class WorkerGroup:
                 )
         return _RankSubset(self, tuple(ranks))
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall:
-        """Call worker method ``method`` on every rank (for methods shadowed by a group member)."""
-        return self._call(method, tuple(range(self.world_size)), args, kwargs)
+    @overload
+    def call(
+        self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> GroupCall[R]: ...
+
+    @overload
+    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall[Any]: ...
+
+    def call(self, method: str | Callable[..., Any], *args: Any, **kwargs: Any) -> GroupCall[Any]:
+        """Call a worker method on every rank.
+
+        Args:
+            method: The method: a function whose name is the worker method's (``MyRole.step`` or
+                ``MyWorker.step``: the arguments are then type-checked against it and ``wait()`` returns its
+                return type per rank), or its name (also reaches methods shadowed by a group member).
+            *args: Positional arguments of the method.
+            **kwargs: Keyword arguments of the method.
+
+        Raises:
+            AttributeError: If the worker class has no such public method.
+            TypeError: If ``method`` is neither a name nor a named function.
+        """
+        return self._call(_method_name(method), tuple(range(self.world_size)), args, kwargs)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until every worker's constructor finished.
@@ -375,7 +442,7 @@ class WorkerGroup:
 
     def _call(
         self, method: str, ranks: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> GroupCall:
+    ) -> GroupCall[Any]:
         self._check_method(method)
         handles = self._live_handles()
         refs = [getattr(handles[r], method).remote(*args, **kwargs) for r in ranks]
@@ -393,7 +460,7 @@ class _GroupMethod:
         self._method = method
         self._ranks = ranks
 
-    def __call__(self, *args: Any, **kwargs: Any) -> GroupCall:
+    def __call__(self, *args: Any, **kwargs: Any) -> GroupCall[Any]:
         return self._group._call(self._method, self._ranks, args, kwargs)
 
     def __repr__(self) -> str:
@@ -407,9 +474,17 @@ class _RankSubset:
         self._group = group
         self._ranks = ranks
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall:
-        """Call worker method ``method`` on the selected ranks."""
-        return self._group._call(method, self._ranks, args, kwargs)
+    @overload
+    def call(
+        self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> GroupCall[R]: ...
+
+    @overload
+    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall[Any]: ...
+
+    def call(self, method: str | Callable[..., Any], *args: Any, **kwargs: Any) -> GroupCall[Any]:
+        """Call a worker method (a name or a function, as in :meth:`WorkerGroup.call`) on the selected ranks."""
+        return self._group._call(_method_name(method), self._ranks, args, kwargs)
 
     def __getattr__(self, method: str) -> _GroupMethod:
         if method.startswith("_"):
@@ -417,8 +492,8 @@ class _RankSubset:
         return _GroupMethod(self._group, method, self._ranks)
 
 
-class GroupCall:
-    """Handle of a method call running on some ranks of a group.
+class GroupCall(Generic[R]):
+    """Handle of a method call running on some ranks of a group (``R``: the method's return type).
 
     ``wait(timeout=...)`` returns the results in rank order (the order given to ``execute_on``); ``await`` it
     in asyncio code. If any worker of the cluster fails meanwhile, waiting raises :class:`WorkerFailedError`
@@ -449,7 +524,7 @@ class GroupCall:
     def _what(self) -> str:
         return f"{self._group.name}.{self._method}() on rank(s) {list(self._ranks)}"
 
-    def wait(self, timeout: float | None = None) -> list[Any]:
+    def wait(self, timeout: float | None = None) -> list[R]:
         """Block until every rank finished; return the results in rank order.
 
         Args:
@@ -481,7 +556,7 @@ class GroupCall:
         except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
             raise self._failure_error(err) from None
 
-    async def wait_async(self, timeout: float | None = None) -> list[Any]:
+    async def wait_async(self, timeout: float | None = None) -> list[R]:
         """Asyncio form of :meth:`wait`."""
         try:
             return list(await asyncio.wait_for(asyncio.gather(*self._refs), timeout=timeout))
@@ -490,7 +565,7 @@ class GroupCall:
         except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
             raise self._failure_error(err) from None
 
-    def __await__(self) -> Generator[Any, None, list[Any]]:
+    def __await__(self) -> Generator[Any, None, list[R]]:
         return self.wait_async().__await__()
 
     def _failure_error(self, err: BaseException) -> WorkerFailedError:

@@ -1,12 +1,38 @@
-"""Protocols shared between packages (envs ↔ models ↔ rollout ↔ runners)."""
+"""Protocols shared between packages (envs ↔ models ↔ rollout ↔ runners): env, weight sync, worker roles."""
 
 from ._env import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
+from ._roles import (
+    ActorRole,
+    AgentRollout,
+    CheckpointRole,
+    EmbodiedActor,
+    EmbodiedRollout,
+    EnvRole,
+    LLMActor,
+    LLMRollout,
+    OffloadRole,
+    RewardRole,
+    RolloutRole,
+    TimedRole,
+)
 from ._weights import WeightMessage, WeightSyncPeer, receive_weights, send_weights
 
 __all__ = [
+    "ActorRole",
+    "AgentRollout",
+    "CheckpointRole",
     "ChunkStepResult",
+    "EmbodiedActor",
+    "EmbodiedRollout",
+    "EnvRole",
     "EnvSpec",
     "EpisodeStats",
+    "LLMActor",
+    "LLMRollout",
+    "OffloadRole",
+    "RewardRole",
+    "RolloutRole",
+    "TimedRole",
     "VecEnv",
     "WeightMessage",
     "WeightSyncPeer",

@@ -1,0 +1,203 @@
+"""Role protocols: the worker methods a runner calls on each of its groups.
+
+A runner holds each group as a ``RoleGroup[Role]`` (see ``rlinf_scheduler.RoleGroup``) and calls a method by
+passing the role's function, ``actor.call(EmbodiedActor.run_training)``, so a reader, an IDE and mypy follow
+the call from the runner to the role, and from the role to the worker classes that implement it (a test checks
+that each worker class has every method of its role with the same parameters). Every group call runs on all
+ranks of the group; the result is one value per rank.
+
+Roles and the classes that play them:
+
+- :class:`EmbodiedActor`: ``rlinf_models.EmbodiedActorWorker``;
+- :class:`EmbodiedRollout`: ``rlinf_rollout.EmbodiedRolloutWorker``;
+- :class:`EnvRole`: ``rlinf_envs.EnvWorker``;
+- :class:`LLMActor`: ``rlinf_models.llm.LLMActorWorker`` and ``MegatronLLMActorWorker``;
+- :class:`LLMRollout`: ``rlinf_rollout.llm.LLMRolloutWorker``;
+- :class:`AgentRollout`: ``rlinf_rollout.agent.AgentRolloutWorker``;
+- :class:`RewardRole`: ``rlinf_core.rewards.RewardWorker``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from rlinf_scheduler import Channel
+
+__all__ = [
+    "ActorRole",
+    "AgentRollout",
+    "CheckpointRole",
+    "EmbodiedActor",
+    "EmbodiedRollout",
+    "EnvRole",
+    "LLMActor",
+    "LLMRollout",
+    "OffloadRole",
+    "RewardRole",
+    "RolloutRole",
+    "TimedRole",
+]
+
+
+class TimedRole(Protocol):
+    """Any worker: the durations its ``timed`` sections accumulated (``rlinf_scheduler.Worker.pop_timings``)."""
+
+    def pop_timings(self) -> dict[str, float]:
+        """Seconds by section name since the last call (then reset)."""
+        ...
+
+
+class OffloadRole(Protocol):
+    """A worker that can free its accelerator memory between phases (collocated actor and rollout)."""
+
+    def offload(self) -> None:
+        """Move weights (and optimizer state) off the accelerator."""
+        ...
+
+    def onload(self) -> None:
+        """Bring them back before the next phase."""
+        ...
+
+
+class CheckpointRole(Protocol):
+    """A worker whose state goes into the run's checkpoints."""
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write this worker's state into the (staging) checkpoint directory ``path``."""
+        ...
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore it from the checkpoint directory ``path``."""
+        ...
+
+
+class ActorRole(CheckpointRole, Protocol):
+    """The trained model: it sends versioned weights to the rollout group."""
+
+    def get_model_version(self) -> int:
+        """Completed training updates (0: initial weights)."""
+        ...
+
+    def sync_model_to_rollout(
+        self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
+    ) -> int:
+        """Send ``{"version", "state_dict"}`` to every rank of ``rollout_group_name``; returns the version."""
+        ...
+
+
+class RolloutRole(Protocol):
+    """The inference copy of the model: it receives the actor's weights."""
+
+    def get_model_version(self) -> int:
+        """Version of the weights it holds."""
+        ...
+
+    def sync_model_from_actor(self, actor_group: str) -> int:
+        """Receive the weights the actor group sends (the matching broadcast); returns their version."""
+        ...
+
+
+class EmbodiedActor(ActorRole, TimedRole, Protocol):
+    """The embodied actor (policy and value training on env trajectories)."""
+
+    def recv_rollout_batch(
+        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
+    ) -> int:
+        """Take this rank's share of one rollout's ``num_messages`` trajectories from ``channel``."""
+        ...
+
+    def compute_advantages_and_returns(self) -> dict[str, float]:
+        """Fill advantages (and returns) into the received batch; returns ``rollout/*`` means."""
+        ...
+
+    def run_training(self) -> dict[str, float]:
+        """The update on the received batch; returns its ``actor/*`` metrics."""
+        ...
+
+
+class EmbodiedRollout(RolloutRole, OffloadRole, TimedRole, Protocol):
+    """The embodied rollout: serves the env group's action requests."""
+
+    def generate(self, env_group: str, mode: Literal["train", "eval"] = "train") -> int:
+        """Answer ``env_group``'s observations until its rollout (``train``) or evaluation (``eval``) ends."""
+        ...
+
+
+class EnvRole(TimedRole, Protocol):
+    """The simulator group: steps the envs with actions from the rollout group."""
+
+    def interact(
+        self, rollout_group: str, actor_channel: Channel, actor_world_size: int = 1
+    ) -> dict[str, Any]:
+        """Run the training rollouts; trajectories go to ``actor_channel``, episode lists come back."""
+        ...
+
+    def evaluate(self, rollout_group: str) -> dict[str, Any]:
+        """Run one deterministic evaluation; returns its episode lists (``returns``, ``lengths``, ...)."""
+        ...
+
+
+class LLMActor(ActorRole, OffloadRole, Protocol):
+    """The LLM actor: RL and SFT updates on padded token batches (``[N, T]`` arrays)."""
+
+    def compute_logprobs(self, batch: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Per-token ``logprobs`` (and ``ref_logprobs``, ``values`` when the run has them), ``[N, T]``."""
+        ...
+
+    def run_training(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One RL update on this rank's share of ``batch``; returns its metrics."""
+        ...
+
+    def run_sft(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One supervised update on this rank's share of ``batch``; returns ``loss`` and the like."""
+        ...
+
+    def update_reference_model(self) -> None:
+        """Make the current weights the KL reference."""
+        ...
+
+
+class LLMRollout(RolloutRole, OffloadRole, Protocol):
+    """The LLM rollout: sampling, each rank on its contiguous share of the prompts."""
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Mapping[str, Any] | None = None,
+        *,
+        shard: bool = True,
+    ) -> list[dict[str, Any]]:
+        """One output dict (``token_ids``, ``logprobs``, ``text``, ``finish_reason``) per prompt of the share."""
+        ...
+
+
+class AgentRollout(LLMRollout, Protocol):
+    """The agent rollout: whole multi-turn tool-using episodes."""
+
+    def run_episodes(
+        self,
+        requests: Sequence[Mapping[str, Any]],
+        sampling: Mapping[str, Any] | None = None,
+        *,
+        shard: bool = True,
+    ) -> list[dict[str, Any]]:
+        """One episode dict per request of this rank's share."""
+        ...
+
+    def build_demonstrations(
+        self, requests: Sequence[Mapping[str, Any]], *, shard: bool = True
+    ) -> list[dict[str, Any]]:
+        """Token ids (``prompt_ids``, ``token_ids``, ``loss_mask``) of this rank's share of demonstrations."""
+        ...
+
+
+class RewardRole(Protocol):
+    """The reward group: scores responses against accepted answers, each rank its share."""
+
+    def compute(
+        self, responses: Sequence[str], references: Sequence[Sequence[str]], *, shard: bool = True
+    ) -> dict[str, list[float] | list[bool]]:
+        """``{"rewards": [...], "correct": [...]}`` for this rank's share."""
+        ...
