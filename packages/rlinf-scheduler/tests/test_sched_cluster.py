@@ -157,7 +157,7 @@ def test_node_group_env_vars_and_interpreter_reach_workers(ray_instance: None, t
             NodeGroupConfig(
                 label="special",
                 node_ranks=[0],
-                env_vars={"RLINF_TEST_GROUP_VAR": "from-group"},
+                env_vars={"RLINF_TEST_GROUP_VAR": "from-group", "PATH": f"{tmp_path}/bin"},
                 python_interpreter_path=str(wrapper),
             )
         ],
@@ -168,6 +168,11 @@ def test_node_group_env_vars_and_interpreter_reach_workers(ray_instance: None, t
         assert grouped.env(*names).wait(timeout=120) == [
             {"RLINF_TEST_GROUP_VAR": "from-group", "RLINF_TEST_WRAPPED": "yes", "RANK": "0"}
         ]
+        # A path-like variable is put in front of the worker's own value (RLinf's default), not replacing it.
+        (got,) = grouped.env("PATH").wait(timeout=60)
+        inherited = cluster.node(0).inherited_path_env["PATH"]
+        entries = [f"{tmp_path}/bin", *inherited.split(os.pathsep)]  # each entry once, as in RLinf
+        assert inherited and got["PATH"] == os.pathsep.join(dict.fromkeys(entries))
         # Placed through the reserved "cluster" group, a worker gets what every group sets on its node.
         plain = EnvReporter.create_group().launch(cluster, NodePlacementStrategy([0]), name="plain")
         assert plain.env(*names).wait(timeout=120) == [

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import pytest
 from rlinf_scheduler import ClusterConfig, NodeEnvConfig, NodeGroupConfig
-from rlinf_scheduler._config import parse_rank_list
+from rlinf_scheduler._config import merge_path_env, parse_rank_list
 
 
 def test_defaults() -> None:
@@ -285,3 +285,53 @@ def test_int_labels_become_strings() -> None:
         }
     )
     assert cfg.node_groups[0].label == "4090"
+
+
+def test_path_like_env_vars_are_prepended_like_rlinf() -> None:
+    inherited = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/lib", "HOME": "/root"}
+    incoming = {
+        "PATH": "/opt/x/bin:/bin",
+        "LD_LIBRARY_PATH": "/opt/x/lib",
+        "PYTHONPATH": "/src",
+        "HOME": "/h",
+    }
+    assert merge_path_env(inherited, incoming) == {
+        "PATH": "/opt/x/bin:/bin:/usr/bin",  # group entries first, each entry once
+        "LD_LIBRARY_PATH": "/opt/x/lib:/usr/lib",
+        "PYTHONPATH": "/src",  # nothing inherited: no stray empty entry
+        "HOME": "/h",  # not path-like: replaced
+    }
+    override = {**incoming, "RLINF_PATH_ENV_MERGE_MODE": "override"}
+    assert merge_path_env(inherited, override)["PATH"] == "/opt/x/bin:/bin"
+    node_override = {**inherited, "RLINF_PATH_ENV_MERGE_MODE": "override"}
+    assert merge_path_env(node_override, incoming)["LD_LIBRARY_PATH"] == "/opt/x/lib"
+
+
+def test_path_env_merge_mode_is_checked() -> None:
+    with pytest.raises(
+        ValueError, match=r"RLINF_PATH_ENV_MERGE_MODE must be one of \['append', 'override'\], got 'prepend'"
+    ):
+        NodeGroupConfig(label="g", node_ranks=0, env_vars={"RLINF_PATH_ENV_MERGE_MODE": "prepend"})
+
+
+def test_duplicate_hardware_entries_are_refused() -> None:
+    robot = {"node_rank": 0, "robot_ip": "10.0.0.1"}
+    with pytest.raises(
+        ValueError,
+        match=r"hardware_configs: entry \{'node_rank': 0, 'robot_ip': '10.0.0.1'\} is listed twice",
+    ):
+        NodeGroupConfig(
+            label="arm", node_ranks=0, hardware_type="Franka", hardware_configs=[robot, dict(robot)]
+        )
+    with pytest.raises(ValueError, match="listed twice"):
+        ClusterConfig.from_dict(
+            {
+                "node_groups": [
+                    {
+                        "label": "arm",
+                        "node_ranks": 0,
+                        "hardware": {"type": "Franka", "configs": [robot, robot]},
+                    }
+                ]
+            }
+        )

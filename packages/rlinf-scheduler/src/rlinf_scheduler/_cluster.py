@@ -10,18 +10,27 @@ import ipaddress
 import logging
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ._config import RESERVED_NODE_GROUP_LABELS, ClusterConfig, NodeGroupConfig
+from ._config import (
+    PATH_ENV_MERGE_MODE_ENV,
+    PATH_LIKE_ENV_VARS,
+    RESERVED_NODE_GROUP_LABELS,
+    ClusterConfig,
+    NodeGroupConfig,
+    merge_path_env,
+)
 from ._errors import SchedulerTimeoutError, WorkerFailure
 from ._group import SHUTDOWN_GRACE_S, teardown_workers
 from ._monitor import FailureMonitor
@@ -59,6 +68,8 @@ class NodeInfo:
         is_head: Whether this is the Ray head node.
         env_vars: Variables every worker on the node gets (e.g. ``GLOO_SOCKET_IFNAME`` from
             ``RLINF_COMM_NET_DEVICES``).
+        inherited_path_env: Path-like variables (``PATH``, ``LD_LIBRARY_PATH``, ...) a Ray worker process on
+            the node inherits; node-group values are put in front of them.
     """
 
     rank: int
@@ -72,6 +83,7 @@ class NodeInfo:
     python_version: str
     is_head: bool
     env_vars: Mapping[str, str] = attrs.field(factory=dict)
+    inherited_path_env: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _probe_node() -> dict[str, Any]:
@@ -83,6 +95,9 @@ def _probe_node() -> dict[str, Any]:
         "node_rank": os.environ.get(NODE_RANK_ENV),
         "net_devices": os.environ.get(COMM_NET_DEVICES_ENV),
         "cpu_count": os.cpu_count() or 0,
+        "path_env": {
+            k: v for k, v in os.environ.items() if k in PATH_LIKE_ENV_VARS or k == PATH_ENV_MERGE_MODE_ENV
+        },
     }
 
 
@@ -169,7 +184,10 @@ class Cluster:
         self._issued_ports: set[tuple[str, int]] = set()
         self._closed = False
         self._monitor: FailureMonitor | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
         self._owns_ray = self._connect(num_cpus)
+        if self._owns_ray:
+            self._reaper = _start_reaper()
         try:
             self._nodes = self._discover_nodes()
         except BaseException:
@@ -207,6 +225,14 @@ class Cluster:
     def _disconnect(self) -> None:
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.stdin is not None:
+            try:  # a planned shutdown: tell the reaper to leave everything alone
+                reaper.stdin.write(b"exit\n")
+                reaper.stdin.close()
+                reaper.wait(timeout=5.0)
+            except (OSError, subprocess.TimeoutExpired):
+                reaper.kill()
 
     def _discover_nodes(self) -> tuple[NodeInfo, ...]:
         wanted = self._config.num_nodes
@@ -277,6 +303,7 @@ class Cluster:
             python_version=probe["python_version"],
             is_head=_HEAD_RESOURCE in resources,
             env_vars=env,
+            inherited_path_env=dict(probe.get("path_env", {})),
         )
 
     # ------------------------------------------------------------------------------------ ClusterView API
@@ -338,15 +365,23 @@ class Cluster:
         A worker placed through a configured node group gets that group's variables and interpreter on the
         node; one placed through the reserved ``cluster``/``node`` labels gets those of every configured group
         that contains the node. Node-level variables (:attr:`NodeInfo.env_vars`) are not included.
+        Path-like variables (``PATH``, ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ...) are put in front of what a
+        worker on the node inherits (each entry once), unless the node groups or the node set
+        ``RLINF_PATH_ENV_MERGE_MODE=override``.
 
         Raises:
             ValueError: If two node groups set conflicting values on that node.
         """
-        self.node(node_rank)
+        inherited = self.node(node_rank).inherited_path_env
         if node_group in RESERVED_NODE_GROUP_LABELS:
-            return self._config.env_vars_on(node_rank), self._config.python_interpreter_on(node_rank)
-        group = self._config.node_group(node_group)
-        return group.env_vars_on(node_rank), group.python_interpreter_on(node_rank)
+            env, interpreter = (
+                self._config.env_vars_on(node_rank),
+                self._config.python_interpreter_on(node_rank),
+            )
+        else:
+            group = self._config.node_group(node_group)
+            env, interpreter = group.env_vars_on(node_rank), group.python_interpreter_on(node_rank)
+        return merge_path_env(inherited, env), interpreter
 
     def reserve_port(self, node_rank: int) -> int | ray.ObjectRef[int]:
         """A TCP port that was free on node ``node_rank`` a moment ago (for ``MASTER_PORT``).
@@ -435,6 +470,27 @@ class Cluster:
             f"Cluster(num_nodes={self.num_nodes}, num_accelerators={self.num_accelerators}, "
             f"accelerator_type={self.accelerator_type!r}, namespace={self._namespace!r})"
         )
+
+
+def _start_reaper() -> subprocess.Popen[bytes] | None:
+    """Start the process that kills this driver's local Ray processes if the driver dies (see ``_reaper``).
+
+    Ray's agents outlive a driver killed by ``SIGKILL`` by a minute or more; the reaper notices the death
+    (its stdin pipe closes) and kills every Ray process that ran below the driver. Linux only.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    script = Path(__file__).with_name("_reaper.py")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", str(script), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # not killed with the driver's process group
+        )
+    except OSError as err:
+        _logger.warning("Cluster: could not start the Ray process reaper (%s)", err)
+        return None
 
 
 def _order_nodes(alive: Sequence[Mapping[str, Any]], probes: Sequence[Mapping[str, Any]]) -> list[int]:

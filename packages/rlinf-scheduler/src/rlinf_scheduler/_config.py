@@ -9,6 +9,7 @@ The classes are frozen attrs classes validated on construction. :meth:`ClusterCo
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -16,10 +17,13 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "PATH_ENV_MERGE_MODE_ENV",
+    "PATH_LIKE_ENV_VARS",
     "RESERVED_NODE_GROUP_LABELS",
     "ClusterConfig",
     "NodeEnvConfig",
     "NodeGroupConfig",
+    "merge_path_env",
     "normalize_node_group_labels",
     "parse_rank_list",
 ]
@@ -27,6 +31,18 @@ __all__ = [
 RESERVED_NODE_GROUP_LABELS: tuple[str, ...] = ("cluster", "node")
 """Labels the scheduler defines itself: ``cluster`` (every node, accelerators as resources) and ``node``
 (every node, the nodes themselves as resources)."""
+
+PATH_LIKE_ENV_VARS: frozenset[str] = frozenset(
+    {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CMAKE_PREFIX_PATH", "PKG_CONFIG_PATH", "CPATH"}
+)
+"""Variables whose node-group value is put in front of the worker's inherited value (as in RLinf)."""
+
+PATH_ENV_MERGE_MODE_ENV = "RLINF_PATH_ENV_MERGE_MODE"
+"""RLinf's switch for path-like variables: ``append`` (default: the node group's entries first, then the
+inherited ones, duplicates dropped) or ``override`` (the node group's value replaces the inherited one). Set it
+in a node group's ``env_vars`` or on the node before ``ray start``."""
+
+_PATH_ENV_MERGE_MODES = ("append", "override")
 
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -112,6 +128,41 @@ def _env_vars_converter(value: Any) -> dict[str, str]:
         if key in out:
             raise ValueError(f"env_vars: variable {key!r} is set twice")
         out[key] = str(val)
+    mode = out.get(PATH_ENV_MERGE_MODE_ENV)
+    if mode is not None and mode.lower() not in _PATH_ENV_MERGE_MODES:
+        raise ValueError(
+            f"env_vars: {PATH_ENV_MERGE_MODE_ENV} must be one of {list(_PATH_ENV_MERGE_MODES)}, got {mode!r}"
+        )
+    return out
+
+
+def merge_path_env(inherited: Mapping[str, str], incoming: Mapping[str, str]) -> dict[str, str]:
+    """The variables a worker gets from its node groups, with path-like ones merged into the inherited values.
+
+    For a variable of :data:`PATH_LIKE_ENV_VARS` that the worker already has (``inherited``, e.g. the
+    node's ``LD_LIBRARY_PATH``), the node group's entries come first and the inherited ones follow, each
+    entry once (RLinf's default). With ``RLINF_PATH_ENV_MERGE_MODE=override`` (in ``incoming`` or
+    ``inherited``) the node group's value replaces it. Other variables always replace.
+
+    Example:
+        >>> merge_path_env({"PATH": "/usr/bin:/bin"}, {"PATH": "/opt/x/bin:/bin", "A": "1"})
+        {'PATH': '/opt/x/bin:/bin:/usr/bin', 'A': '1'}
+
+    Args:
+        inherited: What the worker process would have without the node groups.
+        incoming: What the node groups set.
+
+    Returns:
+        The variables to set (only the keys of ``incoming``).
+    """
+    mode = str(incoming.get(PATH_ENV_MERGE_MODE_ENV, inherited.get(PATH_ENV_MERGE_MODE_ENV, "append")))
+    out = dict(incoming)
+    if mode.lower() == "override":
+        return out
+    for key, value in incoming.items():
+        if key in PATH_LIKE_ENV_VARS and inherited.get(key):
+            entries = [e for e in value.split(os.pathsep) + inherited[key].split(os.pathsep) if e]
+            out[key] = os.pathsep.join(dict.fromkeys(entries))
     return out
 
 
@@ -182,6 +233,10 @@ def _hardware_configs_converter(value: Any) -> tuple[dict[str, Any], ...]:
         rank = entry["node_rank"]
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"hardware_configs: 'node_rank' must be an integer >= 0, got {rank!r}")
+        if dict(entry) in out:
+            raise ValueError(
+                f"hardware_configs: entry {dict(entry)!r} is listed twice; each hardware unit must appear once"
+            )
         out.append(dict(entry))
     return tuple(out)
 
