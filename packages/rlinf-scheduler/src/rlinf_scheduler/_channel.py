@@ -95,7 +95,8 @@ class _ChannelActor:
         self._maxsize = maxsize
         self._queues: dict[Any, _KeyQueue] = {}
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()  # requests waiting to be answered
+        self._serving: set[asyncio.Future[None]] = set()  # one per client connection
         self._writers: set[asyncio.StreamWriter] = set()
         self._host = node_ip()
 
@@ -207,7 +208,7 @@ class _ChannelActor:
         waiting: dict[int, asyncio.Future[Any]] = {}  # this connection's requests that wait, by id
         me = asyncio.current_task()
         if me is not None:
-            self._tasks.add(me)
+            self._serving.add(me)
         self._writers.add(writer)
         try:
             while True:
@@ -237,7 +238,7 @@ class _ChannelActor:
         finally:
             self._writers.discard(writer)
             if me is not None:
-                self._tasks.discard(me)
+                self._serving.discard(me)
             with contextlib.suppress(RuntimeError):  # the actor's loop may already be closing
                 writer.close()
 
@@ -276,11 +277,16 @@ class _ChannelActor:
         for w in list(self._writers):
             w.close()
         self._writers.clear()
-        me = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not me]
-        for t in tasks:
+        waiting = list(self._tasks)
+        for t in waiting:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*waiting, return_exceptions=True)
+        # Connection handlers are not cancelled (asyncio's stream machinery logs a cancelled handler as an
+        # error): their sockets are closed, so each ends at its next read.
+        me = asyncio.current_task()
+        others = [t for t in self._serving if t is not me]
+        if others:
+            await asyncio.wait(others, timeout=5.0)
 
     def _pump_all(self) -> None:
         # A waiter that timed out may have been the one blocking the head of a queue.
