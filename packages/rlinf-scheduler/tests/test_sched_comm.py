@@ -242,12 +242,6 @@ def test_unknown_peers_fail_at_once_naming_them(
         assert "no group 'nope' runs" in msg and "'ca'" in msg and "'cb'" in msg
 
 
-def test_recv_from_itself_is_refused(groups: tuple[WorkerGroup, WorkerGroup]) -> None:
-    a, _ = groups
-    (msg, _) = a.execute_on(1).timed_error("recv", "ca", 1).wait(timeout=30)[0]
-    assert msg == "ValueError: a worker cannot receive from itself: ('ca', 1)"
-
-
 def test_broadcast_source_defaults_to_the_first_listed_worker(
     groups: tuple[WorkerGroup, WorkerGroup],
 ) -> None:

@@ -443,8 +443,7 @@ class CommMixin:
             The object; its tensors view a shared-memory segment (same node) or a fresh buffer (other node).
 
         Raises:
-            ValueError: at once, if no such worker runs now (the message names it and the running groups)
-                or it is this worker.
+            ValueError: at once, if no such worker runs now (the message names it and the running groups).
             TimeoutError: nothing arrived within ``timeout``.
         """
         peer = self._comm_source(src_group_name, src_rank)
@@ -511,12 +510,9 @@ class CommMixin:
     # ------------------------------------------------------------------------------------------ internals
 
     def _comm_source(self, group_name: str, rank: int) -> PeerKey:
-        """Check a receive's source: it must be another worker that exists now (else no message can come)."""
+        """Check a receive's source: it must be a worker that exists now (else no message can come)."""
         peer = _peer(group_name, rank, "source")
-        st = self._comm()
-        if peer == st.me:
-            raise ValueError(f"a worker cannot receive from itself: {peer}")
-        st.actor(peer)  # raises ValueError naming the peer (cached after the first call)
+        self._comm().actor(peer)  # raises ValueError naming the peer (cached after the first call)
         return peer
 
     def _comm_fan_out(self, obj: Any, receivers: list[PeerKey]) -> None:
