@@ -35,3 +35,31 @@ SMALL = [
     "actor.model.hidden_sizes=[16]",
     "algorithm.update_epoch=2",
 ]
+
+
+def assert_same_actor_state(a: Path, b: Path) -> None:
+    """Every ``actor/*.pt`` file (model, optimizer, trainer state) of two checkpoints is bit-identical.
+
+    Except ``trainer.pt``'s ``total_steps``: the budget each run was started with (a half run plans half).
+    """
+    import torch
+
+    names = sorted(p.name for p in (a / "actor").glob("*.pt"))
+    assert names == sorted(p.name for p in (b / "actor").glob("*.pt")) and "model.pt" in names
+    for name in names:
+        x = _flatten(torch.load(a / "actor" / name, weights_only=True))
+        y = _flatten(torch.load(b / "actor" / name, weights_only=True))
+        assert x.keys() == y.keys(), name
+        for key, vx in x.items():
+            if name == "trainer.pt" and key == "total_steps/":
+                continue
+            same = torch.equal(vx, y[key]) if isinstance(vx, torch.Tensor) else vx == y[key]
+            assert same, f"{name}:{key} differs"
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return {k: v for key, item in obj.items() for k, v in _flatten(item, f"{prefix}{key}/").items()}
+    if isinstance(obj, list | tuple):
+        return {k: v for i, item in enumerate(obj) for k, v in _flatten(item, f"{prefix}{i}/").items()}
+    return {prefix: obj}

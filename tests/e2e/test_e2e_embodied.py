@@ -11,7 +11,7 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, SMALL
+from .conftest import APP_DIR, SMALL, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
 
@@ -100,3 +100,133 @@ def test_resume_continues_at_the_next_step(app: EmbodiedApp, cluster: Any, tmp_p
     # Standalone evaluation of a checkpoint.
     metrics = run_app(app, _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto")
     assert metrics["eval/checkpoint_step"] == 3 and metrics["eval/num_episodes"] == 4
+
+
+# ------------------------------------------------------------------------------------------- exact resume
+
+_EXACT = ["runner.val_check_interval=1", "runner.save_interval=1", "runner.max_epochs=4"]
+
+
+def _metrics_by_step(metrics_file: Path, steps: range) -> dict[tuple[int, str], dict[str, float]]:
+    """The last record of each kind (train / eval) at each step, without wall-clock figures."""
+    out: dict[tuple[int, str], dict[str, float]] = {}
+    for r in read_metrics(metrics_file):
+        if int(r["step"]) in steps:
+            kind = "train" if "train/actor/total_loss" in r else "eval"
+            out[(int(r["step"]), kind)] = {
+                k: v for k, v in r.items() if not k.startswith("time/") and k != "rollout/env_steps_per_s"
+            }
+    return out
+
+
+@pytest.fixture(scope="module")
+def straight(app: EmbodiedApp, cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Uninterrupted 4-step runs, constant and linear learning rate (the references of the resume tests)."""
+    out = {}
+    for schedule in ("constant", "linear"):
+        path = tmp_path_factory.mktemp(f"straight-{schedule}")
+        result = run_app(
+            app, _cfg(app, path, *_EXACT, f"actor.optim.lr_schedule={schedule}"), cluster=cluster
+        )
+        assert result.global_step == 4
+        out[schedule] = path
+    return out
+
+
+def test_half_run_plus_resume_is_bit_identical_to_a_straight_run(
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, straight: dict[str, Path]
+) -> None:
+    """2 steps, then a resume to 4 (constant LR): model, optimizer, trainer counters and the metrics of
+    steps 3-4 equal those of 4 uninterrupted steps bit for bit (env episodes and sampled actions included)."""
+    common = [*_EXACT, "actor.optim.lr_schedule=constant"]
+    first = run_app(app, _cfg(app, tmp_path, *common, "runner.max_epochs=2"), cluster=cluster)
+    assert first.global_step == 2
+    second = run_app(app, _cfg(app, tmp_path, *common, "runner.resume_dir=auto"), cluster=cluster)
+    assert second.global_step == 4
+    ref = straight["constant"]
+    for step in (2, 4):
+        assert_same_actor_state(
+            ref / "checkpoints" / f"global_step_{step}", tmp_path / "checkpoints" / f"global_step_{step}"
+        )
+    expected = _metrics_by_step(ref / "metrics.jsonl", range(3, 5))
+    assert set(expected) == {(3, "train"), (4, "train"), (3, "eval"), (4, "eval")}
+    assert _metrics_by_step(tmp_path / "metrics.jsonl", range(3, 5)) == expected
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_resume_with_another_budget_keeps_the_schedule_it_started_with(
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, straight: dict[str, Path], reset: bool
+) -> None:
+    """Step 2 of a linear-LR run planned for 4 steps, resumed with max_epochs=3: step 3 has the 4-step schedule's
+    learning rate, or the 3-step one's with actor.optim.reset_lr_schedule_on_resume."""
+    import shutil
+
+    src = straight["linear"] / "checkpoints" / "global_step_2"
+    shutil.copytree(src, tmp_path / "checkpoints" / "global_step_2")
+    extra = [*_EXACT, "actor.optim.lr_schedule=linear", "runner.val_check_interval=-1", "runner.max_epochs=3"]
+    if reset:
+        extra.append("actor.optim.reset_lr_schedule_on_resume=true")
+    result = run_app(app, _cfg(app, tmp_path, *extra, "runner.resume_dir=auto"), cluster=cluster)
+    assert result.global_step == 3
+    (record,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/actor/lr" in r]
+    assert record["step"] == 3
+    assert record["train/actor/lr"] == pytest.approx(1e-3 * (1 - 2 / 3) if reset else 1e-3 * (1 - 2 / 4))
+
+
+def test_resume_after_the_driver_is_sigkilled_is_bit_identical(
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, straight: dict[str, Path]
+) -> None:
+    """train.py (linear LR, 4 steps) SIGKILLed once global_step_2 is committed, then resumed with
+    runner.resume_dir=auto: the final model, optimizer and the metrics of steps 3-4 equal the straight run's."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rlinf_core.checkpoint import find_latest_checkpoint
+
+    from .test_e2e_embodied_failures import _descendants
+
+    overrides = [
+        *SMALL,
+        "cluster.simulated_accelerators_per_node=4",
+        f"runner.logger.log_path={tmp_path}",
+        *_EXACT,
+        "actor.optim.lr_schedule=linear",
+    ]
+    cmd = [sys.executable, str(APP_DIR / "train.py"), *overrides, "cluster.ray_address=local"]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while (latest := find_latest_checkpoint(tmp_path)) is None or latest.name == "global_step_1":
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no global_step_2 within 240 s"
+            time.sleep(0.05)
+        started = _descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        time.sleep(2.0)  # Ray's processes share the driver's fate; end any that outlived it
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    assert find_latest_checkpoint(tmp_path) is not None
+    result = run_app(
+        app,
+        _cfg(app, tmp_path, *_EXACT, "actor.optim.lr_schedule=linear", "runner.resume_dir=auto"),
+        cluster=cluster,
+    )
+    assert result.global_step == 4
+    ref = straight["linear"]
+    assert_same_actor_state(ref / "checkpoints" / "global_step_4", tmp_path / "checkpoints" / "global_step_4")
+    assert _metrics_by_step(tmp_path / "metrics.jsonl", range(3, 5)) == _metrics_by_step(
+        ref / "metrics.jsonl", range(3, 5)
+    )

@@ -50,9 +50,9 @@ class FakeGroup:
         if method == "compute_advantages_and_returns":
             return _Done([{"rollout/advantages": 0.0}])
         if method == "save_checkpoint":
-            (Path(args[0]) / "actor.json").write_text(json.dumps({"version": self.version}))
+            (Path(args[0]) / f"{self.name}.json").write_text(json.dumps({"version": self.version}))
         if method == "load_checkpoint":
-            self.version = json.loads((Path(args[0]) / "actor.json").read_text())["version"]
+            self.version = json.loads((Path(args[0]) / f"{self.name}.json").read_text())["version"]
         return _Done([None])
 
 

@@ -13,6 +13,7 @@ import abc
 import pickle
 import random
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -214,6 +215,7 @@ class Runner(abc.ABC):
             self.save_worker_state(staging)
             state = {
                 "global_step": self.global_step,
+                "total_steps": self.cfg.total_steps,
                 **self.runner_state(),
                 "rng": capture_rng_state(),
                 "last_eval": self.last_eval,
@@ -237,12 +239,24 @@ class Runner(abc.ABC):
         if runner_state.is_file():
             state = pickle.loads(runner_state.read_bytes())
             self.global_step = int(state["global_step"])
+            self._check_budget(path, state.get("total_steps"))
             self.load_runner_state(state)
             restore_rng_state(state["rng"])
             self.last_eval = dict(state.get("last_eval", {}))
         else:
             self.global_step = checkpoint_step(path)
             self.load_runner_state(None)
+
+    def _check_budget(self, path: Path, saved: int | None) -> None:
+        """Say so when a resume changes the run's step budget (the actor keeps its schedule's total)."""
+        if saved is not None and saved != self.cfg.total_steps:
+            warnings.warn(
+                f"resuming {path} of a run of {saved} training steps with a budget of {self.cfg.total_steps} "
+                f"(runner.max_steps / max_epochs): the learning-rate schedule keeps its total of {saved} steps "
+                f"unless actor.optim.reset_lr_schedule_on_resume is true",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def evaluate_checkpoint(self, path: str | Path) -> dict[str, float]:
         """Load a checkpoint into the workers, sync it to the rollout and run one evaluation.

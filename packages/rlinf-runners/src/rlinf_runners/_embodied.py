@@ -5,8 +5,10 @@ env, model or rollout code):
 
 - ``actor`` (:class:`~rlinf_core.protocols.EmbodiedActor`): ``sync_model_to_rollout``, ``recv_rollout_batch``,
   ``compute_advantages_and_returns``, ``run_training``, ``save_checkpoint``, ``load_checkpoint``;
-- ``rollout`` (:class:`~rlinf_core.protocols.EmbodiedRollout`): ``sync_model_from_actor``, ``generate``;
-- ``env`` (:class:`~rlinf_core.protocols.EnvRole`): ``interact`` (episode metrics) and ``evaluate``;
+- ``rollout`` (:class:`~rlinf_core.protocols.EmbodiedRollout`): ``sync_model_from_actor``, ``generate``,
+  ``save_checkpoint``, ``load_checkpoint``;
+- ``env`` (:class:`~rlinf_core.protocols.EnvRole`): ``interact`` (episode metrics), ``evaluate``,
+  ``save_checkpoint``, ``load_checkpoint``;
 - all three: ``pop_timings`` for the ``time/<group>/*`` metrics.
 """
 
@@ -166,10 +168,24 @@ class EmbodiedRunner(Runner):
 
     # ------------------------------------------------------------------------------------ checkpointing
     def save_worker_state(self, staging: Path) -> None:
-        self.wait(self.actor.call(EmbodiedActor.save_checkpoint, str(staging)))
+        """The actor's weights and optimizer, the rollout's sampling RNGs, the envs' episodes in progress."""
+        calls = [  # all in flight at once: each group writes its own subdirectory
+            self.actor.call(EmbodiedActor.save_checkpoint, str(staging)),
+            self.rollout.call(EmbodiedRollout.save_checkpoint, str(staging)),
+            self.env.call(EnvRole.save_checkpoint, str(staging)),
+        ]
+        for call in calls:
+            self.wait(call)
 
     def load_worker_state(self, path: Path) -> None:
-        self.wait(self.actor.call(EmbodiedActor.load_checkpoint, str(path)))
+        """Restore what :meth:`save_worker_state` wrote: the next rollout continues the saved episodes."""
+        calls = [
+            self.actor.call(EmbodiedActor.load_checkpoint, str(path)),
+            self.rollout.call(EmbodiedRollout.load_checkpoint, str(path)),
+            self.env.call(EnvRole.load_checkpoint, str(path)),
+        ]
+        for call in calls:
+            self.wait(call)
 
     # ------------------------------------------------------------------------------------- run hooks
     def reached_target(self) -> bool:

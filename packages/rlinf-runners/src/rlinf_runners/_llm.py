@@ -169,10 +169,22 @@ class LLMRunner(Runner, Generic[RolloutT]):
             self.sft_sampler.load_state_dict(state["sft_sampler"])
 
     def save_worker_state(self, staging: Path) -> None:
-        self.wait(self.actor.call(LLMActor.save_checkpoint, str(staging)))
+        """The actor's state and the rollout's sampling RNGs (the reward workers hold none)."""
+        calls = [
+            self.actor.call(LLMActor.save_checkpoint, str(staging)),
+            self.rollout.call(LLMRollout.save_checkpoint, str(staging)),
+        ]
+        for call in calls:
+            self.wait(call)
 
     def load_worker_state(self, path: Path) -> None:
-        self.wait(self.actor.call(LLMActor.load_checkpoint, str(path)))
+        """Restore what :meth:`save_worker_state` wrote."""
+        calls = [
+            self.actor.call(LLMActor.load_checkpoint, str(path)),
+            self.rollout.call(LLMRollout.load_checkpoint, str(path)),
+        ]
+        for call in calls:
+            self.wait(call)
 
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned broadcast)."""

@@ -87,8 +87,8 @@ class ActorRole(CheckpointRole, Protocol):
         ...
 
 
-class RolloutRole(Protocol):
-    """The inference copy of the model: it receives the actor's weights."""
+class RolloutRole(CheckpointRole, Protocol):
+    """The inference copy of the model: it receives the actor's weights; its checkpoint holds its RNGs."""
 
     def get_model_version(self) -> int:
         """Version of the weights it holds."""
@@ -125,8 +125,11 @@ class EmbodiedRollout(RolloutRole, OffloadRole, TimedRole, Protocol):
         ...
 
 
-class EnvRole(TimedRole, Protocol):
-    """The simulator group: steps the envs with actions from the rollout group."""
+class EnvRole(TimedRole, CheckpointRole, Protocol):
+    """The simulator group: steps the envs with actions from the rollout group.
+
+    Its checkpoint holds the episodes in progress.
+    """
 
     def interact(
         self, rollout_group: str, actor_channel: Channel, actor_world_size: int = 1
