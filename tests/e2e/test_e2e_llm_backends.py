@@ -38,6 +38,14 @@ def megatron_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backends, "_megatron_core_importable", lambda: True)
 
 
+@pytest.fixture(scope="module")
+def gpu_model(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """An override pointing the GPU YAML's model at a local checkpoint directory (paths are checked at load)."""
+    path = tmp_path_factory.mktemp("Qwen2.5-1.5B-Instruct")
+    (path / "config.json").write_text("{}")
+    return [f"actor.model.model_path={path}"]
+
+
 class _Recorder:
     """Stands in for a worker class: records ``create_group`` / ``launch`` and returns a ready group."""
 
@@ -60,13 +68,15 @@ class _Recorder:
 
 
 @pytest.mark.skipif(MEGATRON_INSTALLED, reason="megatron-core is installed")
-def test_gpu_yaml_without_megatron_core_names_the_extra(app: ReasoningApp) -> None:
+def test_gpu_yaml_without_megatron_core_names_the_extra(app: ReasoningApp, gpu_model: list[str]) -> None:
     with pytest.raises(ImportError, match=r"actor.training_backend is 'megatron'.*rlinf-models\[megatron"):
-        app.load_config(GPU_YAML)
+        app.load_config(GPU_YAML, gpu_model)
 
 
-def test_gpu_yaml_loads_and_validates(app: ReasoningApp, megatron_importable: None) -> None:
-    cfg = app.load_config(GPU_YAML)
+def test_gpu_yaml_loads_and_validates(
+    app: ReasoningApp, megatron_importable: None, gpu_model: list[str]
+) -> None:
+    cfg = app.load_config(GPU_YAML, gpu_model)
     assert cfg.actor.training_backend == "megatron"
     assert cfg.actor.megatron == MegatronConfig(
         tensor_parallel_size=2, pipeline_parallel_size=1, sequence_parallel=True
@@ -80,7 +90,7 @@ def test_gpu_yaml_loads_and_validates(app: ReasoningApp, megatron_importable: No
         "the actor's 3 ranks must be a multiple of actor.megatron.tensor_parallel_size × pipeline_parallel_size (2)"
     ]
     # Batch sizes are checked against the data-parallel replicas (8 ranks / TP 2 = 4), not against the ranks.
-    small = app.load_config(GPU_YAML, ["actor.global_batch_size=8"])
+    small = app.load_config(GPU_YAML, [*gpu_model, "actor.global_batch_size=8"])
     with pytest.raises(ConfigError) as err:
         app.check(small, {"actor": 8, "rollout": 8, "reward": 1})
     assert err.value.problems == [
@@ -88,11 +98,18 @@ def test_gpu_yaml_loads_and_validates(app: ReasoningApp, megatron_importable: No
     ]
 
 
-def test_megatron_refuses_a_critic_before_launch(app: ReasoningApp, megatron_importable: None) -> None:
+def test_megatron_refuses_a_critic_before_launch(
+    app: ReasoningApp, megatron_importable: None, gpu_model: list[str]
+) -> None:
     with pytest.raises(ConfigError, match=r"'megatron' trains the policy only"):
         app.load_config(
             GPU_YAML,
-            ["algorithm.loss_type=actor_critic", "algorithm.adv_type=gae", "actor.model.add_value_head=true"],
+            [
+                *gpu_model,
+                "algorithm.loss_type=actor_critic",
+                "algorithm.adv_type=gae",
+                "actor.model.add_value_head=true",
+            ],
         )
 
 
@@ -107,9 +124,9 @@ def test_megatron_options_with_fsdp_are_refused(app: ReasoningApp) -> None:
 
 
 def test_reasoning_launch_builds_the_megatron_worker_with_its_layout(
-    app: ReasoningApp, megatron_importable: None, monkeypatch: pytest.MonkeyPatch
+    app: ReasoningApp, megatron_importable: None, monkeypatch: pytest.MonkeyPatch, gpu_model: list[str]
 ) -> None:
-    cfg = app.load_config(GPU_YAML)
+    cfg = app.load_config(GPU_YAML, gpu_model)
     chosen: list[Any] = []
     actor = _Recorder("actor")
 

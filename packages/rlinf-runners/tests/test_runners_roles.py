@@ -78,7 +78,10 @@ def _role_methods(role: type[Any]) -> dict[str, Callable[..., Any]]:
 
 
 def _params(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+    # Ray's tracing hook adds ``_ray_trace_ctx`` to the signatures of a class it has made an actor of (another
+    # test in the same process may have launched the worker): not part of the role.
+    params = inspect.signature(fn).parameters.values()
+    return [(p.name, p.kind, p.default) for p in params if p.name != "_ray_trace_ctx"]
 
 
 @pytest.fixture(params=PLAYERS, ids=[name for _, name, _ in PLAYERS])
