@@ -32,6 +32,7 @@ __all__ = [
     "SUM_PREFIX",
     "MetricMeans",
     "accumulate_gradients",
+    "check_layout",
     "clip_gradients",
     "lr_scale",
     "mean_over_ranks",
@@ -72,6 +73,21 @@ class MetricMeans:
     def means(self) -> dict[str, float]:
         """The mean of each averaged key, keys sorted."""
         return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
+
+
+def check_layout(rank: int, world_size: int, global_batch_size: int, micro_batch_size: int) -> None:
+    """Refuse a rank outside the group, or a batch the ranks cannot split into whole micro-batches.
+
+    Raises:
+        ValueError: naming ``rank``/``world_size`` or the batch keys.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got rank={rank}")
+    if global_batch_size % (micro_batch_size * world_size):
+        raise ValueError(
+            f"actor.global_batch_size ({global_batch_size}) must be a multiple of "
+            f"actor.micro_batch_size ({micro_batch_size}) x actor world size ({world_size})"
+        )
 
 
 def mean_over_ranks(

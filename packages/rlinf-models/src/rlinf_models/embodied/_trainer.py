@@ -44,6 +44,7 @@ from .._config import EmbodiedActorConfig
 from ..actor import (
     MetricMeans,
     accumulate_gradients,
+    check_layout,
     clip_gradients,
     lr_scale,
     mean_over_ranks,
@@ -109,15 +110,9 @@ class EmbodiedPPOTrainer:
         total_steps: int | None = None,
         reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got rank={rank}")
+        check_layout(rank, world_size, actor.global_batch_size, actor.micro_batch_size)
         if world_size > 1 and reduce_sum is None:
             raise ValueError(f"world_size={world_size} needs reduce_sum (a sum over the data-parallel ranks)")
-        if actor.global_batch_size % (actor.micro_batch_size * world_size):
-            raise ValueError(
-                f"actor.global_batch_size ({actor.global_batch_size}) must be a multiple of "
-                f"actor.micro_batch_size ({actor.micro_batch_size}) x actor world size ({world_size})"
-            )
         self.policy = policy
         self.algorithm = algorithm
         self.actor = actor

@@ -50,6 +50,7 @@ from .._fsdp import (
 from ..actor import (
     MetricMeans,
     accumulate_gradients,
+    check_layout,
     clip_gradients,
     lr_scale,
     mean_over_ranks,
@@ -174,14 +175,8 @@ class FSDPActorBackend:
             raise ValueError(
                 f"algorithm.loss_type={algorithm.loss_type!r} trains a critic: set actor.model.add_value_head: true"
             )
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got rank={rank}")
+        check_layout(rank, world_size, cfg.global_batch_size, cfg.micro_batch_size)
         world = world_size
-        if cfg.global_batch_size % (cfg.micro_batch_size * world):
-            raise ValueError(
-                f"actor.global_batch_size ({cfg.global_batch_size}) must be a multiple of "
-                f"actor.micro_batch_size ({cfg.micro_batch_size}) x actor world size ({world})"
-            )
         self.cfg = cfg
         self.algorithm = algorithm
         self.rank = rank
