@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from rlinf_core.protocols import EnvSpec
@@ -65,3 +68,13 @@ def test_shape_mismatch_is_explained() -> None:
 def test_no_value_head_returns_zeros() -> None:
     policy = build_policy(DISCRETE, PolicyConfig(add_value_head=False))
     assert torch.equal(policy.value(torch.randn(3, 4)), torch.zeros(3, 1))
+
+
+def test_configs_import_without_torch() -> None:
+    # The driver reads the configs before Ray starts the workers; torch (seconds) loads only with the models.
+    code = (
+        "import sys; from rlinf_models import EmbodiedActorConfig; from rlinf_models.policies import PolicyConfig; "
+        "assert 'torch' not in sys.modules, 'configs imported torch'; "
+        "from rlinf_models.policies import build_policy; assert 'torch' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

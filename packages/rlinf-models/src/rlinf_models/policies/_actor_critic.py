@@ -4,38 +4,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
-import attrs
 import torch
-from attrs import validators as v
 from rlinf_core.protocols import EnvSpec
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from ._config import PolicyConfig
+
 __all__ = ["ActorCritic", "PolicyConfig", "PolicyOutput", "build_policy"]
 
+_DEFAULT_CONFIG = PolicyConfig()
+
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
-
-
-@attrs.frozen(kw_only=True)
-class PolicyConfig:
-    """Policy architecture (config ``actor.model``)."""
-
-    model_type: Literal["mlp", "cnn"] = "mlp"
-    """``mlp`` for vector observations, ``cnn`` for ``[H, W, C]`` uint8 images."""
-    hidden_sizes: tuple[int, ...] = attrs.field(default=(64, 64), validator=v.deep_iterable(v.gt(0)))
-    """Widths of the hidden layers of the actor and critic MLPs."""
-    activation: Literal["tanh", "relu", "gelu"] = "tanh"
-    """Non-linearity between the hidden layers."""
-    num_action_chunks: int = attrs.field(default=1, validator=v.ge(1))
-    """Actions emitted per observation (executed open-loop by the env)."""
-    add_value_head: bool = True
-    """A critic head (needed for GAE / actor_critic losses)."""
-    init_log_std: float = 0.0
-    """Initial log standard deviation of continuous actions (state-independent)."""
-    ortho_init: bool = True
-    """Orthogonal initialisation as in CleanRL / SB3 PPO."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +83,7 @@ class ActorCritic(nn.Module):
         config: architecture.
     """
 
-    def __init__(self, spec: EnvSpec, config: PolicyConfig = PolicyConfig()) -> None:
+    def __init__(self, spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> None:
         super().__init__()
         self.spec = spec
         self.config = config
@@ -185,6 +166,6 @@ class ActorCritic(nn.Module):
         return self.evaluate(obs, actions)
 
 
-def build_policy(spec: EnvSpec, config: PolicyConfig = PolicyConfig()) -> ActorCritic:
+def build_policy(spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> ActorCritic:
     """Build the actor-critic policy described by ``config`` for an environment with ``spec``."""
     return ActorCritic(spec, config)
