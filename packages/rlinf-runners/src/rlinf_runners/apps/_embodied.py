@@ -12,7 +12,14 @@ from typing import Any
 
 import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
-from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, env_config_problems, prepare_process_env
+from rlinf_envs import (
+    EnvConfig,
+    EnvWorker,
+    VecEnvConfig,
+    env_config_problems,
+    env_spec_without_worker,
+    prepare_process_env,
+)
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
 from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
@@ -170,10 +177,18 @@ class EmbodiedApp(App[EmbodiedConfig]):
     def launch(
         self, cfg: EmbodiedConfig, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
     ) -> dict[str, Any]:
-        """Launch the env group (to learn the env spec), then the actor and rollout groups.
+        """Launch the env, actor and rollout groups; all three at once when the env spec is cheap to know.
+
+        The actor and rollout constructors need the env spec. For gymnasium envs the driver computes it
+        (:func:`rlinf_envs.env_spec_without_worker`) and the three groups start together, so their processes
+        import and build concurrently; the env workers' own spec is checked against it once they are up. For
+        other simulators the env group starts first and reports the spec.
 
         Returns:
             ``{"actor": group, "rollout": group, "env": group}``.
+
+        Raises:
+            RuntimeError: if the env workers report another spec than the one the driver computed.
         """
         classes = dict(worker_classes or {})
         timeout_s = 300.0
@@ -181,6 +196,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         ws = {c: placement.get_world_size(c) for c in self.components}
         self.check(cfg, ws)
         stages = cfg.rollout.pipeline_stage_num
+        driver_spec = env_spec_without_worker(cfg.env.train)
         env = (
             classes.get("env", EnvWorker)
             .create_group(
@@ -192,7 +208,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
             )
             .launch(cluster, placement.get_strategy("env"), name="env")
         )
-        spec = env.get_spec().wait(timeout=timeout_s)[0]
+        spec = driver_spec or env.get_spec().wait(timeout=timeout_s)[0]
         actor = (
             (classes.get("actor") or _actor_worker_class())
             .create_group(cfg.actor, cfg.algorithm, spec, total_steps=cfg.runner.total_steps)
@@ -210,6 +226,13 @@ class EmbodiedApp(App[EmbodiedConfig]):
             )
             .launch(cluster, placement.get_strategy("rollout"), name="rollout")
         )
+        if driver_spec is not None:
+            reported = env.get_spec().wait(timeout=timeout_s)[0]
+            if reported != driver_spec:
+                raise RuntimeError(
+                    f"env.train: the env workers report {reported}, the driver computed {driver_spec} "
+                    f"({cfg.env.train.env_type} {cfg.env.train.env_id!r})"
+                )
         actor.wait_ready(timeout=timeout_s)
         rollout.wait_ready(timeout=timeout_s)
         return {"actor": actor, "rollout": rollout, "env": env}
