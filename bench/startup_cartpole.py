@@ -154,8 +154,6 @@ marks = []
 def mark(name):
     marks.append((name, time.time() - T0))
 mark("interpreter started, bench imports done")
-sys.argv = ["train.py", *sys.argv[1:]]
-sys.path.insert(0, os.path.join(os.getcwd(), "apps", "embodied"))
 import rlinf_scheduler._cluster as _cluster, rlinf_scheduler._group as _group
 import rlinf_runners._embodied as _emb
 def timed(owner, name, label, first_only=True):
@@ -178,13 +176,13 @@ _orig_call = _group.WorkerGroup.call
 _seen = set()
 def call(self, method, *a, **k):
     out = _orig_call(self, method, *a, **k)
-    key = (self.name, method)
+    key = (self.name, getattr(method, "__qualname__", method))
     if key not in _seen:
         _seen.add(key)
         _orig_wait = out.wait
         def wait(*wa, **wk):
             res = _orig_wait(*wa, **wk)
-            mark(f"first {self.name}.{method} answered")
+            mark(f"first {self.name}.{key[1]} answered")
             return res
         out.wait = wait
     return out
@@ -193,10 +191,10 @@ timed(_emb.EmbodiedRunner, "sync_weights", "first weight sync")
 timed(_emb.EmbodiedRunner, "evaluate", "first evaluation")
 timed(_emb.EmbodiedRunner, "collect_and_train", "first training step")
 mark("patches installed")
-import train
-mark("app module imported")
+from rlinf_runners.cli import main
+mark("cli imported")
 try:
-    rc = train.main(sys.argv[1:])
+    rc = main("embodied", sys.argv[1:], mode="train", app_dir=os.path.join(os.getcwd(), "apps", "embodied"))
 finally:
     mark("main returned")
     sys.stdout.flush()
