@@ -181,3 +181,20 @@ assert seen == ["0"], seen
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("app_name", ["embodied", "reasoning", "agent"])
+def test_reading_and_checking_a_config_does_not_import_torch(app_name: str) -> None:
+    # The driver reads and checks the config before Ray starts; torch (~1.5 s of CPU here) is only needed in
+    # the worker processes, and a driver that imports it competes with their start-up for the same cores.
+    root = Path(__file__).resolve().parents[3]
+    code = (
+        "import sys\n"
+        "from rlinf_runners.apps import APPS\n"
+        f"app = APPS[{app_name!r}]({str(root / 'apps' / app_name)!r})\n"
+        "app.load_config(app.config_dir / (app.default_config + '.yaml'), ['runner.resume_dir=null'])\n"
+        "import rlinf_runners.cli\n"
+        "assert 'torch' not in sys.modules, 'reading the config imported torch'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -4,10 +4,11 @@ from typing import TYPE_CHECKING
 
 from rlinf_core import lazy_exports
 
-from ._trainer import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES, REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
+from ._types import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES, REQUIRED_BATCH_KEYS
 
 if TYPE_CHECKING:
     from ._actor_worker import CHECKPOINT_SUBDIR, EmbodiedActorWorker
+    from ._trainer import EmbodiedPPOTrainer
 
 __all__ = [
     "CHECKPOINT_SUBDIR",
@@ -18,7 +19,13 @@ __all__ = [
     "EmbodiedPPOTrainer",
 ]
 
-# The worker pulls in Ray (through rlinf_scheduler): loaded on first use only.
+# The trainer (torch) and the worker (also Ray, through rlinf_scheduler) load on first use only, so the names
+# the config checks read import without either.
 __getattr__ = lazy_exports(
-    __name__, {"EmbodiedActorWorker": "._actor_worker", "CHECKPOINT_SUBDIR": "._actor_worker"}
+    __name__,
+    {
+        "EmbodiedActorWorker": "._actor_worker",
+        "CHECKPOINT_SUBDIR": "._actor_worker",
+        "EmbodiedPPOTrainer": "._trainer",
+    },
 )

@@ -14,7 +14,6 @@ import attrs
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
 from rlinf_envs import (
     EnvConfig,
-    EnvWorker,
     VecEnvConfig,
     env_config_problems,
     env_spec_without_worker,
@@ -22,7 +21,7 @@ from rlinf_envs import (
 )
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
-from rlinf_rollout import EmbodiedRolloutConfig, EmbodiedRolloutWorker
+from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
 from .._config import RunnerConfig
@@ -198,7 +197,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         stages = cfg.rollout.pipeline_stage_num
         driver_spec = env_spec_without_worker(cfg.env.train)
         env = (
-            classes.get("env", EnvWorker)
+            (classes.get("env") or _worker_class("env"))
             .create_group(
                 cfg.env,
                 cfg.algorithm,
@@ -210,12 +209,12 @@ class EmbodiedApp(App[EmbodiedConfig]):
         )
         spec = driver_spec or env.get_spec().wait(timeout=timeout_s)[0]
         actor = (
-            (classes.get("actor") or _actor_worker_class())
+            (classes.get("actor") or _worker_class("actor"))
             .create_group(cfg.actor, cfg.algorithm, spec, total_steps=cfg.runner.total_steps)
             .launch(cluster, placement.get_strategy("actor"), name="actor")
         )
         rollout = (
-            classes.get("rollout", EmbodiedRolloutWorker)
+            (classes.get("rollout") or _worker_class("rollout"))
             .create_group(
                 cfg.rollout,
                 cfg.actor.model,
@@ -257,9 +256,20 @@ class EmbodiedApp(App[EmbodiedConfig]):
         )
 
 
-def _actor_worker_class() -> type[Worker]:
-    # rlinf_models loads its worker (torch, FSDP) on first use, through a module __getattr__.
-    from rlinf_models import EmbodiedActorWorker
+def _worker_class(component: str) -> type[Worker]:
+    # The worker modules import torch (and the simulators); the driver loads them only when it launches, so
+    # that reading and checking a config stays cheap.
+    cls: type[Worker]
+    if component == "actor":
+        from rlinf_models import EmbodiedActorWorker
 
-    cls: type[Worker] = EmbodiedActorWorker
+        cls = EmbodiedActorWorker
+    elif component == "rollout":
+        from rlinf_rollout import EmbodiedRolloutWorker
+
+        cls = EmbodiedRolloutWorker
+    else:
+        from rlinf_envs import EnvWorker
+
+        cls = EnvWorker
     return cls
