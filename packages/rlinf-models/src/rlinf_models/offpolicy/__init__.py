@@ -1,0 +1,5 @@
+"""Off-policy embodied training: replay buffers."""
+
+from ._buffer import ReplayBuffer, SymmetricSampler
+
+__all__ = ["ReplayBuffer", "SymmetricSampler"]
