@@ -17,16 +17,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole
+from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole, TrajectoryActor
 from rlinf_scheduler import Channel, RoleGroup
 
 from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 from ._metrics import mean_over_ranks
 
-__all__ = ["EmbodiedRunner"]
+__all__ = ["EmbodiedRunner", "EnvRunner"]
+
+A = TypeVar("A", bound=TrajectoryActor)
 
 
 def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
@@ -48,12 +50,15 @@ def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> d
     return out
 
 
-class EmbodiedRunner(Runner):
-    """Runs embodied RL training over actor, rollout and env worker groups.
+class EnvRunner(Runner, Generic[A]):
+    """What every embodied runner shares over actor, rollout and env groups.
+
+    The env ↔ rollout exchange into the actor's channel, weight sync, evaluation, timings, checkpoints of the
+    three groups and the stop target. A subclass implements :meth:`train_step` (with :meth:`collect` for the rollout phase).
 
     Args:
         cfg: the ``runner`` config.
-        actor: the actor group (the ``EmbodiedActor`` role).
+        actor: the actor group (a ``TrajectoryActor`` role: it takes trajectories from the channel).
         rollout: the rollout group.
         env: the env group.
         rollout_epoch: rollouts per training step (``algorithm.rollout_epoch``); each env rank puts one
@@ -76,7 +81,7 @@ class EmbodiedRunner(Runner):
         self,
         cfg: RunnerConfig,
         *,
-        actor: RoleGroup[EmbodiedActor],
+        actor: RoleGroup[A],
         rollout: RoleGroup[EmbodiedRollout],
         env: RoleGroup[EnvRole],
         rollout_epoch: int = 1,
@@ -116,7 +121,7 @@ class EmbodiedRunner(Runner):
     # ---------------------------------------------------------------------------------------- the phases
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned)."""
-        send = self.actor.call(EmbodiedActor.sync_model_to_rollout, self.rollout.name)
+        send = self.actor.call(TrajectoryActor.sync_model_to_rollout, self.rollout.name)
         recv = self.rollout.call(EmbodiedRollout.sync_model_from_actor, self.actor.name)
         self.wait(send)
         self.wait(recv)
@@ -129,48 +134,40 @@ class EmbodiedRunner(Runner):
         self.wait(serve)
         return self.record_eval(_merge_episode_stats(results, "eval"), start)
 
-    def collect_and_train(self) -> dict[str, float]:
-        """One training step: rollout through the channels, advantages, actor update; returns its metrics."""
+    def collect(self, mode: Literal["train", "random"] = "train") -> dict[str, float]:
+        """One rollout phase: the envs step with the rollout's actions, trajectories reach the actor ranks.
+
+        Args:
+            mode: ``train`` samples the policy, ``random`` draws uniform actions (off-policy warm-up).
+
+        Returns:
+            ``env/*`` episode statistics and ``env/steps``, ``time/rollout_s``, ``rollout/env_steps_per_s``.
+        """
         t0 = time.perf_counter()
         channel = self._channel_for_actor()
         num_messages = self.env.world_size * self.rollout_epoch
         gather = self.actor.call(
-            EmbodiedActor.recv_rollout_batch, channel, num_messages, self.cfg.step_timeout_s
+            TrajectoryActor.recv_rollout_batch, channel, num_messages, self.cfg.step_timeout_s
         )
-        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "train")
+        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, mode)
         env_results = self.wait(
             self.env.call(EnvRole.interact, self.rollout.name, channel, self.actor.world_size)
         )
         self.wait(serve)
         self.wait(gather)
-        t1 = time.perf_counter()
-        adv = self.wait(self.actor.call(EmbodiedActor.compute_advantages_and_returns))
-        train = mean_over_ranks(self.wait(self.actor.call(EmbodiedActor.run_training)))
-        t2 = time.perf_counter()
-        metrics: dict[str, float] = {}
-        if adv and isinstance(adv[0], Mapping):
-            metrics.update({k: float(v) for k, v in adv[0].items()})
-        for key, value in train.items():
-            metrics[key if key.startswith(("train/", "time/")) else f"train/{key}"] = value
-        metrics.update(_merge_episode_stats(env_results, "env"))
+        elapsed = time.perf_counter() - t0
+        metrics = _merge_episode_stats(env_results, "env")
         steps = sum(float(r.get("env_steps", 0)) for r in env_results)
         metrics["env/steps"] = steps
-        metrics["time/rollout_s"] = t1 - t0
-        metrics["time/train_s"] = t2 - t1
-        metrics["rollout/env_steps_per_s"] = steps / max(t1 - t0, 1e-9)
+        metrics["time/rollout_s"] = elapsed
+        metrics["rollout/env_steps_per_s"] = steps / max(elapsed, 1e-9)
         return metrics
-
-    def train_step(self) -> dict[str, float]:
-        """:meth:`collect_and_train` plus every group's phase timings (``time/<group>/*``)."""
-        record = self.collect_and_train()
-        record.update(self._timings())
-        return record
 
     # ------------------------------------------------------------------------------------ checkpointing
     def save_worker_state(self, staging: Path) -> None:
         """The actor's weights and optimizer, the rollout's sampling RNGs, the envs' episodes in progress."""
         calls = [  # all in flight at once: each group writes its own subdirectory
-            self.actor.call(EmbodiedActor.save_checkpoint, str(staging)),
+            self.actor.call(TrajectoryActor.save_checkpoint, str(staging)),
             self.rollout.call(EmbodiedRollout.save_checkpoint, str(staging)),
             self.env.call(EnvRole.save_checkpoint, str(staging)),
         ]
@@ -180,7 +177,7 @@ class EmbodiedRunner(Runner):
     def load_worker_state(self, path: Path) -> None:
         """Restore what :meth:`save_worker_state` wrote: the next rollout continues the saved episodes."""
         calls = [
-            self.actor.call(EmbodiedActor.load_checkpoint, str(path)),
+            self.actor.call(TrajectoryActor.load_checkpoint, str(path)),
             self.rollout.call(EmbodiedRollout.load_checkpoint, str(path)),
             self.env.call(EnvRole.load_checkpoint, str(path)),
         ]
@@ -199,3 +196,30 @@ class EmbodiedRunner(Runner):
         if self._owns_channel and self._channel is not None:
             self._channel.shutdown()
             self._channel = None
+
+
+class EmbodiedRunner(EnvRunner[EmbodiedActor]):
+    """Runs embodied (on-policy) RL training over actor, rollout and env worker groups.
+
+    One step: :meth:`collect`, advantages and the PPO-family update on the actor (an ``EmbodiedActor``); the
+    rest is :class:`EnvRunner`'s. The arguments are :class:`EnvRunner`'s.
+    """
+
+    def collect_and_train(self) -> dict[str, float]:
+        """One training step: rollout through the channels, advantages, actor update; returns its metrics."""
+        metrics = self.collect()
+        t1 = time.perf_counter()
+        adv = self.wait(self.actor.call(EmbodiedActor.compute_advantages_and_returns))
+        train = mean_over_ranks(self.wait(self.actor.call(EmbodiedActor.run_training)))
+        metrics["time/train_s"] = time.perf_counter() - t1
+        if adv and isinstance(adv[0], Mapping):
+            metrics.update({k: float(v) for k, v in adv[0].items()})
+        for key, value in train.items():
+            metrics[key if key.startswith(("train/", "time/")) else f"train/{key}"] = value
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        """:meth:`collect_and_train` plus every group's phase timings (``time/<group>/*``)."""
+        record = self.collect_and_train()
+        record.update(self._timings())
+        return record
