@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rlinf_models.offpolicy import ReplayBuffer, SymmetricSampler
+from rlinf_models.offpolicy import ReplayBuffer, SymmetricSampler, trajectory_transitions
 
 
 def _batch(start: int, n: int, chunks: int = 2, dim: int = 3) -> dict[str, torch.Tensor]:
@@ -131,3 +131,22 @@ def test_symmetric_sampler_mixes_half_and_half() -> None:
     assert mix.ready()
     ids = mix.sample(9)["obs"][:, 0]
     assert (ids[:5] < 1000).all() and (ids[5:] >= 1000).all()
+
+
+def test_trajectory_transitions_is_time_major() -> None:
+    t, e, c, d = 3, 2, 2, 1
+    traj = {
+        "obs": torch.arange(t * e, dtype=torch.float32).reshape(t, e, 1),
+        "next_obs": torch.arange(t * e, dtype=torch.float32).reshape(t, e, 1) + 0.5,
+        "actions": torch.zeros(t, e, c, d),
+        "rewards": torch.ones(t, e, c, dtype=torch.float64),
+        "terminations": torch.zeros(t, e, c, dtype=torch.uint8),
+        "prev_values": torch.zeros(t + 1, e, 1),
+    }
+    out = trajectory_transitions(traj)
+    assert out["obs"][:, 0].tolist() == [0, 1, 2, 3, 4, 5]
+    assert out["rewards"].dtype == torch.float32 and out["terminations"].dtype == torch.bool
+    assert set(out) == {"obs", "next_obs", "actions", "rewards", "terminations"}
+    del traj["next_obs"]
+    with pytest.raises(ValueError, match="collect_transitions"):
+        trajectory_transitions(traj)

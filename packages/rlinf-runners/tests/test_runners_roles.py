@@ -21,6 +21,7 @@ from rlinf_core.protocols import (
     EnvRole,
     LLMActor,
     LLMRollout,
+    OffPolicyActor,
     RewardRole,
     TimedRole,
 )
@@ -57,6 +58,7 @@ def _load(module: str, name: str) -> type[Any]:
 
 PLAYERS = [
     ("rlinf_models", "EmbodiedActorWorker", EmbodiedActor),
+    ("rlinf_models.offpolicy", "OffPolicyActorWorker", OffPolicyActor),
     ("rlinf_rollout", "EmbodiedRolloutWorker", EmbodiedRollout),
     ("rlinf_envs", "EnvWorker", EnvRole),
     ("rlinf_models.llm", "LLMActorWorker", LLMActor),

@@ -76,6 +76,9 @@ class EnvWorker(Worker):
         pipeline_stage_num: env sets per rank stepped in turn (``rollout.pipeline_stage_num``).
         num_action_chunks: actions per policy call (``actor.model.num_action_chunks``).
         rollout_world_size: ranks of the rollout group (for the batch split).
+        collect_transitions: off-policy training: trajectories also carry ``next_obs [T, E, *obs]`` (the
+            observation after each chunk, the episode's last one where it ended) and ``terminations [T, E, C]``,
+            and no reward is bootstrapped (the critic bootstraps from ``next_obs`` itself).
     """
 
     def __init__(
@@ -86,8 +89,10 @@ class EnvWorker(Worker):
         *,
         num_action_chunks: int = 1,
         rollout_world_size: int = 1,
+        collect_transitions: bool = False,
     ) -> None:
         torch.set_num_threads(cfg.torch_num_threads)
+        self.collect_transitions = collect_transitions
         self.cfg = cfg
         self.algorithm = algorithm
         self.stages = pipeline_stage_num
@@ -246,7 +251,7 @@ class EnvWorker(Worker):
     ) -> dict[str, torch.Tensor]:
         alg = self.algorithm
         rec: list[dict[str, list[Any]]] = [
-            {k: [] for k in ("obs", "actions", "rewards", "dones", "logprobs", "values")}
+            {k: [] for k in ("obs", "actions", "rewards", "dones", "logprobs", "values", "next_obs", "terms")}
             for _ in range(self.stages)
         ]
         boot: list[np.ndarray | None] = [None] * self.stages
@@ -284,6 +289,11 @@ class EnvWorker(Worker):
                 rec[s]["dones"].append(dones)
                 stage.dones = dones
                 stage.obs = res.obs
+                if self.collect_transitions:
+                    rec[s]["next_obs"].append(res.final_obs)
+                    rec[s]["terms"].append(res.terminations)
+                    self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False)
+                    continue
                 if alg.bootstrap_type == "always":
                     need = dones[:, -1]
                 else:
@@ -304,6 +314,10 @@ class EnvWorker(Worker):
             }
             for r in rec
         ]
+        if self.collect_transitions:
+            for part, r in zip(parts, rec, strict=True):
+                part["next_obs"] = torch.from_numpy(np.stack(r["next_obs"]))
+                part["terminations"] = torch.from_numpy(np.stack(r["terms"]))
         traj = {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
         if not self.cfg.train.auto_reset:
             # Steps after an env's episode ended are padding: mask them out of the loss (RLinf compute_loss_mask).

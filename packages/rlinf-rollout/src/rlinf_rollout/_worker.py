@@ -9,7 +9,12 @@ import numpy as np
 import torch
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.protocols import EnvSpec, receive_weights
-from rlinf_models.policies import PolicyConfig, build_policy
+from rlinf_models.policies import (
+    PolicyConfig,
+    PolicyOutput,
+    SquashedGaussianPolicy,
+    build_inference_policy,
+)
 from rlinf_scheduler import Worker, peer_slices
 
 from ._config import EmbodiedRolloutConfig
@@ -50,7 +55,7 @@ class EmbodiedRolloutWorker(Worker):
         torch.set_num_threads(cfg.torch_num_threads)
         torch.manual_seed(cfg.seed + self.rank)
         self.cfg = cfg
-        self.policy = build_policy(spec, model)
+        self.policy = build_inference_policy(spec, model)
         self.policy.eval()
         self.version = -1
         stages = cfg.pipeline_stage_num
@@ -115,15 +120,22 @@ class EmbodiedRolloutWorker(Worker):
     def _rng_file(self, path: str) -> Path:
         return Path(path) / CHECKPOINT_SUBDIR / f"rng_rank{self.rank}.pkl"
 
-    def generate(self, env_group: str, mode: Literal["train", "eval"] = "train") -> int:
-        """Serve the env ranks until each sent its end marker for every stage; returns the requests served."""
-        if mode not in self._peers:
-            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    def generate(self, env_group: str, mode: Literal["train", "eval", "random"] = "train") -> int:
+        """Serve the env ranks until each sent its end marker for every stage; returns the requests served.
+
+        ``random`` serves a training rollout with actions uniform over the action bounds (the off-policy
+        warm-up; the policy needs ``random_actions``, as the off-policy ``SquashedGaussianPolicy`` has).
+        """
+        if mode not in (*self._peers, "random"):
+            raise ValueError(f"mode must be 'train', 'eval' or 'random', got {mode!r}")
+        if mode == "random" and not isinstance(self.policy, SquashedGaussianPolicy):
+            raise ValueError("mode 'random' needs the off-policy policy (actor.model.add_q_head: true)")
         if self.version < 0:
             raise RuntimeError("rollout has no weights yet: call sync_model_from_actor first")
         if self.cfg.enable_offload:
             self.onload()
-        active = {s: list(self._peers[mode]) for s in range(self.cfg.pipeline_stage_num)}
+        peers = self._peers["train" if mode == "random" else mode]
+        active = {s: list(peers) for s in range(self.cfg.pipeline_stage_num)}
         served = 0
         while active:
             for stage in list(active):
@@ -155,6 +167,8 @@ class EmbodiedRolloutWorker(Worker):
         deterministic = mode == "eval" or self.cfg.deterministic or bool(msgs[0].get("deterministic"))
         out = self.policy.act(obs, deterministic=deterministic)
         n = obs.shape[0]
+        if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy):
+            out = PolicyOutput(self.policy.random_actions(n), torch.zeros_like(out.logprobs), out.values)
         logprobs = out.logprobs.reshape(n, -1)
         final_values = None
         if any(m.get("final_obs") is not None for m in msgs):

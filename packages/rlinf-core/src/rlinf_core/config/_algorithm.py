@@ -11,19 +11,23 @@ import attrs
 from attrs import validators as v
 from rlinf_algos import advantage_registry, policy_loss_registry
 
+from ._offpolicy import OFFPOLICY_LOSS_TYPES, DemoBufferConfig, EntropyTuningConfig, ReplayBufferConfig
+
 __all__ = ["AlgorithmConfig"]
 
 _LEVEL = Literal["chunk_level", "action_level", "token_level"]
 
 
 def _registered_advantage(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
-    if value not in advantage_registry:
-        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(sorted(advantage_registry))}")
+    if value not in advantage_registry and value not in OFFPOLICY_LOSS_TYPES:
+        allowed = sorted([*advantage_registry, *OFFPOLICY_LOSS_TYPES])
+        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(allowed)}")
 
 
 def _registered_loss(_inst: object, attr: attrs.Attribute[str], value: str) -> None:
-    if value not in policy_loss_registry:
-        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(sorted(policy_loss_registry))}")
+    if value not in policy_loss_registry and value not in OFFPOLICY_LOSS_TYPES:
+        allowed = sorted([*policy_loss_registry, *OFFPOLICY_LOSS_TYPES])
+        raise ValueError(f"unknown {attr.name} {value!r}; allowed: {', '.join(allowed)}")
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[float | None], value: float | None) -> None:
@@ -36,14 +40,17 @@ class AlgorithmConfig:
     """RL algorithm settings (config ``algorithm``)."""
 
     adv_type: str = attrs.field(default="gae", validator=_registered_advantage)
-    """Advantage estimator in the rlinf-algos registry: gae, grpo, grpo_video, grpo_dynamic, reinpp, opd, raw, or a registered one."""
+    """Advantage estimator in the rlinf-algos registry: gae, grpo, grpo_video, grpo_dynamic, reinpp, opd, raw, or a
+    registered one; ``embodied_sac`` with ``loss_type: embodied_sac``."""
     loss_type: str = attrs.field(default="actor_critic", validator=_registered_loss)
-    """Policy loss in the rlinf-algos registry: actor, actor_critic, decoupled_actor_critic, opd, or a registered one."""
+    """Policy loss in the rlinf-algos registry: actor, actor_critic, decoupled_actor_critic, opd, or a registered one;
+    ``embodied_sac`` selects off-policy training (SAC, CrossQ, RLPD, TD3-style smoothing) from a replay buffer."""
     loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     """How per-token (per-step) losses become one number: mean over valid tokens, or mean over sequences of
     their token sum / token mean."""
     update_epoch: int = attrs.field(default=4, validator=v.ge(1))
-    """Passes over each rollout batch per training step."""
+    """Passes over each rollout batch per training step; off-policy: gradient steps per training step (unless
+    ``utd_ratio`` is set)."""
     rollout_epoch: int = attrs.field(default=1, validator=v.ge(1))
     """Rollouts collected (and concatenated) per training step."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
@@ -95,8 +102,52 @@ class AlgorithmConfig:
     """DAPO soft overlong punishment: length window ``L_cache`` before the limit (``0``: off)."""
     overlong_penalty_factor: float = attrs.field(default=1.0, validator=v.ge(0.0))
     """Scale of the soft overlong punishment (in ``[-factor, 0]``) added to the reward."""
+    # ------------------------------------------------------------------ off-policy (loss_type: embodied_sac)
+    utd_ratio: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Off-policy: gradient steps per collected transition (update-to-data ratio); a training step then makes
+    ``round(utd_ratio x transitions collected)`` steps (``null``: ``update_epoch`` steps)."""
+    random_warmup_steps: int = attrs.field(default=0, validator=v.ge(0))
+    """Off-policy: training steps at the start whose actions are drawn uniformly from the action bounds."""
+    tau: float = attrs.field(default=0.005, validator=[v.ge(0.0), v.le(1.0)])
+    """Off-policy: Polyak factor of the target critics, ``θ' ← (1 - τ) θ' + τ θ``."""
+    target_update_freq: int = attrs.field(default=1, validator=v.ge(1))
+    """Off-policy: critic steps between soft target updates."""
+    critic_actor_ratio: int = attrs.field(default=1, validator=v.ge(1))
+    """Off-policy: critic steps per actor (and temperature) step."""
+    agg_q: Literal["min", "mean"] = "min"
+    """Off-policy: how the Q heads combine in the critic target (``min``: clipped double Q)."""
+    actor_agg_q: Literal["min", "mean"] | None = None
+    """Off-policy: how the Q heads combine in the actor loss (``null``: as ``agg_q``; RLPD uses ``mean``)."""
+    backup_entropy: bool = True
+    """Off-policy: subtract ``α log π(a'|s')`` from the bootstrapped value."""
+    critic_subsample_size: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """Off-policy: Q heads drawn (with replacement) for each target (REDQ / RLPD); ``null``: all heads."""
+    q_head_type: Literal["default", "crossq"] = "default"
+    """Off-policy: ``crossq`` uses batch-renormalised critics evaluated jointly on ``(s, a)`` and ``(s', a')``
+    and no target networks (CrossQ)."""
+    target_policy_noise: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Off-policy: TD3-style target smoothing: the target action is the policy's mean plus clipped Gaussian noise
+    of this std (and no entropy backup); ``null``: SAC's sampled target action."""
+    target_noise_clip: float = attrs.field(default=0.5, validator=v.gt(0.0))
+    """Off-policy: clip of the TD3 target noise."""
+    replay_buffer: ReplayBufferConfig = attrs.field(factory=ReplayBufferConfig)
+    """Off-policy: the online replay buffer."""
+    demo_buffer: DemoBufferConfig | None = None
+    """Off-policy: demonstrations sampled half-and-half with the online buffer (RLPD); ``null``: none."""
+    entropy_tuning: EntropyTuningConfig = attrs.field(factory=EntropyTuningConfig)
+    """Off-policy: the entropy temperature."""
+
+    @property
+    def is_offpolicy(self) -> bool:
+        """Whether ``loss_type`` selects the off-policy (replay buffer) training path."""
+        return self.loss_type in OFFPOLICY_LOSS_TYPES
 
     def __attrs_post_init__(self) -> None:
+        if (self.loss_type in OFFPOLICY_LOSS_TYPES) != (self.adv_type in OFFPOLICY_LOSS_TYPES):
+            raise ValueError(
+                f"loss_type {self.loss_type!r} and adv_type {self.adv_type!r}: off-policy training is selected by "
+                f"both together (allowed off-policy values: {', '.join(OFFPOLICY_LOSS_TYPES)})"
+            )
         if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 (dual clip) or null, got {self.clip_ratio_c}")
         if self.adv_type == "gae" and self.loss_type not in ("actor_critic", "decoupled_actor_critic"):

@@ -11,9 +11,11 @@ from ._roles import (
     LLMActor,
     LLMRollout,
     OffloadRole,
+    OffPolicyActor,
     RewardRole,
     RolloutRole,
     TimedRole,
+    TrajectoryActor,
 )
 from ._weights import WeightMessage, WeightSyncPeer, receive_weights, send_weights
 
@@ -29,10 +31,12 @@ __all__ = [
     "EpisodeStats",
     "LLMActor",
     "LLMRollout",
+    "OffPolicyActor",
     "OffloadRole",
     "RewardRole",
     "RolloutRole",
     "TimedRole",
+    "TrajectoryActor",
     "VecEnv",
     "WeightMessage",
     "WeightSyncPeer",

@@ -9,6 +9,7 @@ ranks of the group; the result is one value per rank.
 Roles and the classes that play them:
 
 - :class:`EmbodiedActor`: ``rlinf_models.EmbodiedActorWorker``;
+- :class:`OffPolicyActor`: ``rlinf_models.offpolicy.OffPolicyActorWorker``;
 - :class:`EmbodiedRollout`: ``rlinf_rollout.EmbodiedRolloutWorker``;
 - :class:`EnvRole`: ``rlinf_envs.EnvWorker``;
 - :class:`LLMActor`: ``rlinf_models.llm.LLMActorWorker`` and ``MegatronLLMActorWorker``;
@@ -34,10 +35,12 @@ __all__ = [
     "EnvRole",
     "LLMActor",
     "LLMRollout",
+    "OffPolicyActor",
     "OffloadRole",
     "RewardRole",
     "RolloutRole",
     "TimedRole",
+    "TrajectoryActor",
 ]
 
 
@@ -99,14 +102,18 @@ class RolloutRole(CheckpointRole, Protocol):
         ...
 
 
-class EmbodiedActor(ActorRole, TimedRole, Protocol):
-    """The embodied actor (policy and value training on env trajectories)."""
+class TrajectoryActor(ActorRole, TimedRole, Protocol):
+    """An actor fed with env trajectories through a ``Channel`` (the embodied actors, on- and off-policy)."""
 
     def recv_rollout_batch(
         self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
     ) -> int:
         """Take this rank's share of one rollout's ``num_messages`` trajectories from ``channel``."""
         ...
+
+
+class EmbodiedActor(TrajectoryActor, Protocol):
+    """The embodied actor (policy and value training on env trajectories)."""
 
     def compute_advantages_and_returns(self) -> dict[str, float]:
         """Fill advantages (and returns) into the received batch; returns ``rollout/*`` means."""
@@ -117,11 +124,22 @@ class EmbodiedActor(ActorRole, TimedRole, Protocol):
         ...
 
 
+class OffPolicyActor(TrajectoryActor, Protocol):
+    """The off-policy embodied actor: trajectories go into its replay buffer, updates sample from it."""
+
+    def run_training(self) -> dict[str, float]:
+        """The gradient steps of one training step on replay batches (none before the buffer's minimum size)."""
+        ...
+
+
 class EmbodiedRollout(RolloutRole, OffloadRole, TimedRole, Protocol):
     """The embodied rollout: serves the env group's action requests."""
 
-    def generate(self, env_group: str, mode: Literal["train", "eval"] = "train") -> int:
-        """Answer ``env_group``'s observations until its rollout (``train``) or evaluation (``eval``) ends."""
+    def generate(self, env_group: str, mode: Literal["train", "eval", "random"] = "train") -> int:
+        """Answer ``env_group``'s observations until its rollout (``train``) or evaluation (``eval``) ends.
+
+        ``random``: a training rollout with actions uniform over the action bounds (off-policy warm-up).
+        """
         ...
 
 

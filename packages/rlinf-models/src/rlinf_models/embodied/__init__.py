@@ -7,7 +7,7 @@ from rlinf_core import lazy_exports
 from ._types import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES, REQUIRED_BATCH_KEYS
 
 if TYPE_CHECKING:
-    from ._actor_worker import CHECKPOINT_SUBDIR, EmbodiedActorWorker
+    from ._actor_worker import CHECKPOINT_SUBDIR, EmbodiedActorWorker, gather_trajectories
     from ._trainer import EmbodiedPPOTrainer
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "REQUIRED_BATCH_KEYS",
     "EmbodiedActorWorker",
     "EmbodiedPPOTrainer",
+    "gather_trajectories",
 ]
 
 # The trainer (torch) and the worker (also Ray, through rlinf_scheduler) load on first use only, so the names
@@ -27,5 +28,6 @@ __getattr__ = lazy_exports(
         "EmbodiedActorWorker": "._actor_worker",
         "CHECKPOINT_SUBDIR": "._actor_worker",
         "EmbodiedPPOTrainer": "._trainer",
+        "gather_trajectories": "._actor_worker",
     },
 )

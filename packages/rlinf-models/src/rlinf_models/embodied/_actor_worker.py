@@ -45,7 +45,7 @@ from ..actor import resumed_schedule_total
 from ..policies import build_policy
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
 
-__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker"]
+__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories"]
 
 CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
@@ -89,6 +89,40 @@ def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tenso
         # torch.cat copies: the result never aliases the producers' shared memory.
         out[key] = torch.cat(parts, dim=1)  # type: ignore[arg-type]
     return out
+
+
+def gather_trajectories(
+    channel: Channel, num_messages: int, *, key: Any, timeout: float, rank: int = 0
+) -> dict[str, torch.Tensor]:
+    """Take ``num_messages`` trajectory dicts from ``channel`` under ``key`` and concatenate them along the env axis.
+
+    The messages are ordered the same way on every actor rank and in every run (by ``(rollout_epoch,
+    env_offset)`` when they carry them, else by content; see :func:`_concat_messages`).
+
+    Args:
+        channel: the env → actor channel.
+        num_messages: trajectory messages to wait for.
+        key: the channel key to read.
+        timeout: seconds to wait for all of them.
+        rank: the reading actor rank (for the error message).
+
+    Raises:
+        ValueError: when ``num_messages < 1`` or the messages do not fit together.
+        TimeoutError: when they did not all arrive within ``timeout`` (says how many came).
+    """
+    if num_messages < 1:
+        raise ValueError(f"num_messages must be >= 1, got {num_messages}")
+    deadline = time.monotonic() + timeout
+    messages: list[Mapping[str, Any]] = []
+    try:
+        while len(messages) < num_messages:
+            messages.append(channel.get(key=key, timeout=max(0.0, deadline - time.monotonic())))
+    except Empty:
+        raise TimeoutError(
+            f"actor rank {rank} got {len(messages)} of {num_messages} trajectory messages from "
+            f"channel {channel.name!r} key {key!r} within {timeout:g} s"
+        ) from None
+    return _concat_messages(messages)
 
 
 class EmbodiedActorWorker(Worker):
@@ -223,22 +257,11 @@ class EmbodiedActorWorker(Worker):
             ValueError: when the messages do not fit together or the envs do not split evenly.
             TimeoutError: when the messages did not all arrive within ``timeout`` (says how many came).
         """
-        if num_messages < 1:
-            raise ValueError(f"num_messages must be >= 1, got {num_messages}")
         wait = self.comm_timeout if timeout is None else timeout
         read_key = self.rank if key is None else key
-        deadline = time.monotonic() + wait
-        messages: list[Mapping[str, Any]] = []
-        try:
-            while len(messages) < num_messages:
-                messages.append(channel.get(key=read_key, timeout=max(0.0, deadline - time.monotonic())))
-        except Empty:
-            raise TimeoutError(
-                f"actor rank {self.rank} got {len(messages)} of {num_messages} trajectory messages from "
-                f"channel {channel.name!r} key {read_key!r} within {wait:g} s"
-            ) from None
-        local = self._env_share(_concat_messages(messages))
-        del messages
+        local = self._env_share(
+            gather_trajectories(channel, num_messages, key=read_key, timeout=wait, rank=self.rank)
+        )
         self._batch = {k: v.to(self.device) for k, v in local.items()}
         t, e = self._batch["rewards"].shape[:2]
         return int(t * e)

@@ -1,5 +1,27 @@
-"""Off-policy embodied training: replay buffers."""
+"""Off-policy embodied training: replay buffers, the SAC-family trainer and ``OffPolicyActorWorker``.
+
+The math (critic targets, actor and temperature losses, Polyak updates) is ``rlinf_algos.offpolicy``; the
+networks are ``rlinf_models.policies.SquashedGaussianPolicy`` and ``QEnsemble``.
+"""
+
+from typing import TYPE_CHECKING
+
+from rlinf_core import lazy_exports
 
 from ._buffer import ReplayBuffer, SymmetricSampler
+from ._trainer import TRANSITION_KEYS, SACTrainer, trajectory_transitions
 
-__all__ = ["ReplayBuffer", "SymmetricSampler"]
+if TYPE_CHECKING:
+    from ._actor_worker import OffPolicyActorWorker
+
+__all__ = [
+    "TRANSITION_KEYS",
+    "OffPolicyActorWorker",
+    "ReplayBuffer",
+    "SACTrainer",
+    "SymmetricSampler",
+    "trajectory_transitions",
+]
+
+# The worker pulls in Ray (through rlinf_scheduler): loaded on first use only.
+__getattr__ = lazy_exports(__name__, {"OffPolicyActorWorker": "._actor_worker"})

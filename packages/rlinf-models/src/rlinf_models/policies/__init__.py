@@ -1,4 +1,7 @@
-"""Policies: MLP and CNN actor-critics (discrete and continuous actions, action chunks, value head)."""
+"""Policies: MLP and CNN actor-critics, and the off-policy tanh-Gaussian policy with its Q-head ensemble.
+
+The actor-critics cover discrete and continuous actions, action chunks and a value head.
+"""
 
 from typing import TYPE_CHECKING
 
@@ -8,12 +11,31 @@ from ._config import PolicyConfig
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput, build_policy
+    from ._factory import build_inference_policy
+    from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
 
 # The modules pull in torch: loaded on first use, so that the configs (read by the driver before Ray starts
 # the workers) stay light.
 __getattr__ = lazy_exports(
     __name__,
-    {"ActorCritic": "._actor_critic", "PolicyOutput": "._actor_critic", "build_policy": "._actor_critic"},
+    {
+        "ActorCritic": "._actor_critic",
+        "PolicyOutput": "._actor_critic",
+        "build_policy": "._actor_critic",
+        "build_inference_policy": "._factory",
+        "BatchRenorm1d": "._sac",
+        "QEnsemble": "._sac",
+        "SquashedGaussianPolicy": "._sac",
+    },
 )
 
-__all__ = ["ActorCritic", "PolicyConfig", "PolicyOutput", "build_policy"]
+__all__ = [
+    "ActorCritic",
+    "BatchRenorm1d",
+    "PolicyConfig",
+    "PolicyOutput",
+    "QEnsemble",
+    "SquashedGaussianPolicy",
+    "build_inference_policy",
+    "build_policy",
+]

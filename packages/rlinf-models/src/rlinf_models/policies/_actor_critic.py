@@ -12,11 +12,19 @@ from torch.distributions import Categorical, Normal
 
 from ._config import PolicyConfig
 
-__all__ = ["ActorCritic", "PolicyConfig", "PolicyOutput", "build_policy"]
+__all__ = [
+    "ACTIVATIONS",
+    "ActorCritic",
+    "PolicyConfig",
+    "PolicyOutput",
+    "build_encoder",
+    "build_policy",
+    "mlp",
+]
 
 _DEFAULT_CONFIG = PolicyConfig()
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,8 @@ def _layer(inp: int, out: int, gain: float, ortho: bool) -> nn.Linear:
     return layer
 
 
-def _mlp(inp: int, sizes: tuple[int, ...], act: type[nn.Module], ortho: bool) -> tuple[nn.Sequential, int]:
+def mlp(inp: int, sizes: tuple[int, ...], act: type[nn.Module], ortho: bool) -> tuple[nn.Sequential, int]:
+    """Hidden layers ``inp → sizes`` with activation ``act``; returns the stack and its output width."""
     layers: list[nn.Module] = []
     for size in sizes:
         layers += [_layer(inp, size, math.sqrt(2), ortho), act()]
@@ -75,6 +84,16 @@ class _NatureCNN(nn.Module):
         return out
 
 
+def build_encoder(spec: EnvSpec, config: PolicyConfig) -> tuple[nn.Module, int]:
+    """The observation encoder of ``config.model_type`` (the Nature CNN, or identity for vectors) and its width."""
+    if config.model_type == "cnn":
+        cnn = _NatureCNN(spec.obs_shape)
+        return cnn, cnn.out_dim
+    if len(spec.obs_shape) != 1:
+        raise ValueError(f"model_type 'mlp' needs vector observations, got obs_shape {spec.obs_shape}")
+    return nn.Identity(), spec.obs_shape[0]
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic networks over a shared observation encoder (CNN) or raw vectors (MLP).
 
@@ -85,22 +104,17 @@ class ActorCritic(nn.Module):
 
     def __init__(self, spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> None:
         super().__init__()
+        if config.add_q_head:
+            raise ValueError(
+                "actor.model.add_q_head describes the off-policy SquashedGaussianPolicy, not an ActorCritic "
+                "(build it with build_inference_policy)"
+            )
         self.spec = spec
         self.config = config
-        act = _ACTIVATIONS[config.activation]
+        act = ACTIVATIONS[config.activation]
         chunks = config.num_action_chunks
-        if config.model_type == "cnn":
-            cnn = _NatureCNN(spec.obs_shape)
-            self.encoder: nn.Module = cnn
-            feat = cnn.out_dim
-        else:
-            if len(spec.obs_shape) != 1:
-                raise ValueError(
-                    f"model_type 'mlp' needs vector observations, got obs_shape {spec.obs_shape}"
-                )
-            self.encoder = nn.Identity()
-            feat = spec.obs_shape[0]
-        self.actor_body, out = _mlp(feat, config.hidden_sizes, act, config.ortho_init)
+        self.encoder, feat = build_encoder(spec, config)
+        self.actor_body, out = mlp(feat, config.hidden_sizes, act, config.ortho_init)
         if spec.action_type == "discrete":
             if not spec.num_actions:
                 raise ValueError("discrete EnvSpec needs num_actions")
@@ -110,7 +124,7 @@ class ActorCritic(nn.Module):
             self.actor_head = _layer(out, chunks * spec.action_dim, 0.01, config.ortho_init)
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(config.init_log_std)))
         if config.add_value_head:
-            self.critic_body, out = _mlp(feat, config.hidden_sizes, act, config.ortho_init)
+            self.critic_body, out = mlp(feat, config.hidden_sizes, act, config.ortho_init)
             self.value_head: nn.Module | None = _layer(out, 1, 1.0, config.ortho_init)
         else:
             self.value_head = None

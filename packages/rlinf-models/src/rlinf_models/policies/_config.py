@@ -28,3 +28,22 @@ class PolicyConfig:
     """Initial log standard deviation of continuous actions (state-independent)."""
     ortho_init: bool = True
     """Orthogonal initialisation as in CleanRL / SB3 PPO."""
+    add_q_head: bool = False
+    """Off-policy actor-critic (``algorithm.loss_type: embodied_sac``): a tanh-Gaussian policy with a state-dependent
+    std, scaled to the action bounds, plus Q heads that only the actor trains; needs ``add_value_head: false``."""
+    num_q_heads: int = attrs.field(default=2, validator=v.ge(1))
+    """Q heads of the off-policy critic ensemble (2: twin Q; RLPD uses 10)."""
+    q_hidden_sizes: tuple[int, ...] | None = None
+    """Widths of each Q head's hidden layers (``null``: ``hidden_sizes``)."""
+    q_layer_norm: bool = False
+    """LayerNorm after each hidden layer of the Q heads (RLPD)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.add_q_head and self.add_value_head:
+            raise ValueError("add_q_head and add_value_head exclude each other: set add_value_head: false")
+        if self.q_hidden_sizes is not None and (
+            not self.q_hidden_sizes or any(size <= 0 for size in self.q_hidden_sizes)
+        ):
+            raise ValueError(
+                f"q_hidden_sizes must be null or positive widths, got {list(self.q_hidden_sizes)}"
+            )

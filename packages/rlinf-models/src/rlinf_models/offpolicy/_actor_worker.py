@@ -1,0 +1,159 @@
+"""``OffPolicyActorWorker``: the off-policy actor group (one rank): replay buffer in, SAC-family updates out.
+
+The runner drives it through the ``OffPolicyActor`` role::
+
+    actor.sync_model_to_rollout("rollout")           # ‖ rollout.sync_model_from_actor("actor")
+    actor.recv_rollout_batch(channel, n, timeout)    # ‖ env.interact(...) ‖ rollout.generate(...): into the buffer
+    actor.run_training()                             # the step's gradient steps (UTD) on replay batches
+    actor.save_checkpoint(staging_dir)               # writes <staging_dir>/actor/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import EnvSpec, send_weights
+from rlinf_scheduler import Channel, Worker, timed
+
+from .._config import EmbodiedActorConfig
+from .._fsdp import load_rank_rng, save_checkpoint_files, save_rank_rng, select_device
+from ..embodied import gather_trajectories
+from ..policies import SquashedGaussianPolicy
+from ._trainer import SACTrainer
+
+__all__ = ["CHECKPOINT_SUBDIR", "OffPolicyActorWorker"]
+
+CHECKPOINT_SUBDIR = "actor"
+"""Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
+
+
+class OffPolicyActorWorker(Worker):
+    """Hosts a :class:`SACTrainer`: trajectories from the env channel go into its replay buffer; updates sample it.
+
+    The group has one rank: off-policy updates are many small sequential steps, which data parallelism would
+    slow down rather than speed up at these model sizes.
+
+    Args:
+        actor: the ``actor:`` config (``model`` with ``add_q_head``, optimizer, batch size, seed).
+        algorithm: the ``algorithm:`` config (``loss_type: embodied_sac`` and its off-policy fields).
+        spec: observation/action description of the training env.
+        comm_timeout: default seconds to wait for trajectories and for the weight-sync broadcast.
+
+    Raises:
+        ValueError: when the group has more than one rank.
+    """
+
+    def __init__(
+        self,
+        actor: EmbodiedActorConfig,
+        algorithm: AlgorithmConfig,
+        spec: EnvSpec,
+        *,
+        comm_timeout: float = 600.0,
+    ) -> None:
+        if self.world_size != 1:
+            raise ValueError(
+                f"the off-policy actor runs on one rank; the placement gives it {self.world_size}"
+            )
+        self.cfg = actor
+        self.comm_timeout = comm_timeout
+        self.device = select_device()
+        torch.manual_seed(actor.seed)
+        self.policy = SquashedGaussianPolicy(spec, actor.model).to(self.device)
+        self.trainer = SACTrainer(self.policy, spec, actor, algorithm, device=self.device)
+        self._received = 0
+
+    def get_model_version(self) -> int:
+        """Completed :meth:`run_training` calls (0 = initial weights); what weight sync sends."""
+        return self.trainer.train_steps
+
+    @timed(name="actor/sync_model_to_rollout")
+    def sync_model_to_rollout(
+        self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
+    ) -> int:
+        """Send the policy's weights to every rollout rank (:func:`rlinf_core.protocols.send_weights`).
+
+        Returns:
+            The version sent.
+        """
+        state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
+        version = self.get_model_version()
+        send_weights(
+            self,
+            rollout_group_name,
+            state,
+            version,
+            rollout_world_size=rollout_world_size,
+            timeout=self.comm_timeout if timeout is None else timeout,
+        )
+        return version
+
+    @timed(name="actor/recv_rollout_batch")
+    def recv_rollout_batch(
+        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
+    ) -> int:
+        """Take one rollout's ``num_messages`` trajectories from ``channel`` into the replay buffer.
+
+        Returns:
+            The transitions added (``T x E`` chunked steps).
+
+        Raises:
+            TimeoutError: when the messages did not all arrive within ``timeout`` (default ``comm_timeout``).
+        """
+        wait = self.comm_timeout if timeout is None else timeout
+        traj = gather_trajectories(
+            channel, num_messages, key=self.rank if key is None else key, timeout=wait, rank=self.rank
+        )
+        self._received = self.trainer.add_trajectory(traj)
+        return self._received
+
+    @timed(name="actor/run_training")
+    def run_training(self) -> dict[str, float]:
+        """The training step's gradient steps (``utd_ratio`` x transitions received, or ``update_epoch``)."""
+        return self.trainer.update(self.trainer.updates_for(self._received))
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, path: str) -> None:
+        """Write policy, critics and targets, optimizers, temperature, buffers and RNGs under ``<path>/actor/``.
+
+        Files: ``model.pt`` (the policy, as the rollout loads it), ``critic.pt`` (critics, target critics, the
+        temperature parameter), ``optimizer.pt``, ``trainer.pt`` (step counters, the replay buffer's contents
+        and generator, the demo buffer's generator), ``rng_rank0.pkl``; each written atomically.
+        """
+        root = Path(path) / CHECKPOINT_SUBDIR
+        save_checkpoint_files(
+            root,
+            (
+                ("model.pt", self.policy.state_dict()),
+                ("critic.pt", self.trainer.critic_state_dict()),
+                ("optimizer.pt", self.trainer.optimizer_state_dict()),
+                ("trainer.pt", self.trainer.counters()),
+            ),
+        )
+        save_rank_rng(root, self.rank)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore exactly what :meth:`save_checkpoint` wrote (from ``<path>/actor/``).
+
+        Raises:
+            FileNotFoundError: when ``path`` holds no off-policy actor checkpoint.
+        """
+        root = Path(path) / CHECKPOINT_SUBDIR
+        if not (root / "critic.pt").is_file():
+            raise FileNotFoundError(
+                f"load_checkpoint: {root} holds no off-policy actor checkpoint (no critic.pt)"
+            )
+
+        def load(name: str) -> Any:
+            return torch.load(root / name, map_location=self.device, weights_only=True)
+
+        self.policy.load_state_dict(load("model.pt"))
+        self.trainer.load_critic_state_dict(load("critic.pt"))
+        self.trainer.load_optimizer_state_dict(load("optimizer.pt"))
+        self.trainer.load_counters(torch.load(root / "trainer.pt", map_location="cpu", weights_only=True))
+        if not load_rank_rng(root, self.rank):
+            self.log_warning("no RNG state for rank %d in %s", self.rank, root)
+        self._received = 0

@@ -1,0 +1,214 @@
+"""The off-policy networks: a tanh-Gaussian policy (what the rollout runs) and an ensemble of Q heads.
+
+Actions live in two spaces. The policy squashes a Gaussian sample ``u`` to ``tanh(u) ∈ [-1, 1]^D`` (the
+*normalised* action, which the critics see and whose log-probability the losses use, as SB3 does) and scales it
+to the env's bounds ``low + (tanh(u) + 1) / 2 · (high - low)`` for the env (what :meth:`SquashedGaussianPolicy.act`
+returns and the replay buffer stores).
+"""
+
+from __future__ import annotations
+
+import torch
+from rlinf_core.protocols import EnvSpec
+from torch import nn
+from torch.distributions import Normal
+
+from ._actor_critic import ACTIVATIONS, PolicyOutput, build_encoder, mlp
+from ._config import PolicyConfig
+
+__all__ = ["BatchRenorm1d", "QEnsemble", "SquashedGaussianPolicy"]
+
+LOG_STD_MIN = -20.0
+"""Lower clamp of the policy's log standard deviation (SAC's and SB3's)."""
+LOG_STD_MAX = 2.0
+"""Upper clamp of the policy's log standard deviation."""
+_TANH_EPS = 1e-6
+"""Added inside ``log(1 - tanh(u)^2)`` of the squashing correction (SB3's epsilon)."""
+
+
+def _bounds(spec: EnvSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    if spec.action_type != "continuous":
+        raise ValueError(
+            f"actor.model.add_q_head (off-policy SAC) needs continuous actions, the env has {spec.action_type!r}"
+        )
+    dim = spec.action_dim
+    low = torch.tensor(spec.action_low if spec.action_low is not None else (-1.0,) * dim, dtype=torch.float32)
+    high = torch.tensor(
+        spec.action_high if spec.action_high is not None else (1.0,) * dim, dtype=torch.float32
+    )
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        raise ValueError(f"off-policy SAC needs finite action bounds, the env has low={low} high={high}")
+    return low, high
+
+
+class SquashedGaussianPolicy(nn.Module):
+    """A state-dependent Gaussian squashed by ``tanh`` and scaled to the action bounds (SAC's actor).
+
+    Args:
+        spec: the env (continuous actions with finite bounds).
+        config: ``actor.model`` (encoder ``model_type``, ``hidden_sizes``, ``activation``, ``num_action_chunks``).
+    """
+
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
+
+    def __init__(self, spec: EnvSpec, config: PolicyConfig) -> None:
+        super().__init__()
+        self.spec = spec
+        self.config = config
+        low, high = _bounds(spec)
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+        self.encoder, feat = build_encoder(spec, config)
+        self.body, out = mlp(feat, config.hidden_sizes, ACTIVATIONS[config.activation], config.ortho_init)
+        self.chunks = config.num_action_chunks
+        self.head = nn.Linear(out, 2 * self.chunks * spec.action_dim)
+
+    def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs if self.config.model_type == "cnn" else obs.float()
+        out = self.head(self.body(self.encoder(x))).view(obs.shape[0], self.chunks, 2, self.spec.action_dim)
+        return out[:, :, 0], out[:, :, 1].clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor, *, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised actions ``[N, C, D]`` in ``[-1, 1]`` and their per-dimension log-probs ``[N, C, D]``.
+
+        Reparameterised (``rsample``), so gradients flow from the actions and log-probs into the policy.
+        ``deterministic`` takes ``tanh(mean)`` (its log-prob is then that of the mean).
+        """
+        mean, log_std = self._mean_log_std(obs)
+        dist = Normal(mean, log_std.exp())
+        u = mean if deterministic else dist.rsample()
+        action = torch.tanh(u)
+        logp = dist.log_prob(u)  # type: ignore[no-untyped-call]  # torch.distributions is unannotated
+        logp = logp - torch.log(1.0 - action.pow(2) + _TANH_EPS)
+        return action, logp
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Normalised ``[-1, 1]`` actions → env units."""
+        return action * self.action_scale + self.action_bias
+
+    def from_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Env-unit actions → normalised ``[-1, 1]`` (the critics' input)."""
+        return ((action.float() - self.action_bias) / self.action_scale).clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyOutput:
+        """Env-unit actions ``[N, C, D]`` for ``obs``, their log-probs, and zero values ``[N, 1]`` (no V head)."""
+        action, logp = self.sample(obs, deterministic=deterministic)
+        return PolicyOutput(self.to_env(action), logp, self.value(obs))
+
+    @torch.no_grad()
+    def random_actions(self, n: int) -> torch.Tensor:
+        """``[n, C, D]`` actions uniform over the action bounds (warm-up), from torch's global generator."""
+        u = torch.rand(n, self.chunks, self.spec.action_dim) * 2.0 - 1.0
+        return self.to_env(u.to(self.action_scale.device))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Zeros ``[N, 1]``: the off-policy policy has no state-value head (its critics are Q functions)."""
+        return torch.zeros(obs.shape[0], 1, device=obs.device)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same as :meth:`sample` (stochastic)."""
+        return self.sample(obs)
+
+
+class BatchRenorm1d(nn.Module):
+    """Batch renormalisation (Ioffe 2017) over ``[N, F]`` features, as CrossQ's critics use it.
+
+    Training normalises with the batch statistics corrected towards the running ones by ``r`` (clipped to
+    ``[1/r_max, r_max]``) and ``d`` (clipped to ``[-d_max, d_max]``); for the first ``warmup_steps`` updates it is
+    plain batch norm (``r = 1``, ``d = 0``). Evaluation uses the running statistics.
+
+    Args:
+        num_features: ``F``.
+        momentum: update rate of the running statistics.
+        eps: added to the variance.
+        r_max: clip of the scale correction.
+        d_max: clip of the shift correction.
+        warmup_steps: training forwards before the corrections apply.
+    """
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    steps: torch.Tensor
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        momentum: float = 0.01,
+        eps: float = 1e-3,
+        r_max: float = 3.0,
+        d_max: float = 5.0,
+        warmup_steps: int = 1000,
+    ) -> None:
+        super().__init__()
+        self.momentum, self.eps, self.r_max, self.d_max = momentum, eps, r_max, d_max
+        self.warmup_steps = warmup_steps
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` ``[N, F]``."""
+        running_mean, running_var = self.running_mean, self.running_var
+        if not self.training:
+            out = (x - running_mean) / torch.sqrt(running_var + self.eps)
+            return out * self.weight + self.bias
+        mean = x.mean(0)
+        var = x.var(0, unbiased=False)
+        std = torch.sqrt(var + self.eps)
+        out = (x - mean) / std
+        steps = self.steps
+        if int(steps) >= self.warmup_steps:
+            running_std = torch.sqrt(running_var + self.eps)
+            r = (std.detach() / running_std).clamp(1.0 / self.r_max, self.r_max)
+            d = ((mean.detach() - running_mean) / running_std).clamp(-self.d_max, self.d_max)
+            out = out * r + d
+        with torch.no_grad():
+            running_mean.lerp_(mean.detach(), self.momentum)
+            running_var.lerp_(var.detach(), self.momentum)
+            steps.add_(1)
+        return out * self.weight + self.bias
+
+
+class QEnsemble(nn.Module):
+    """``H`` independent Q heads ``Q_h(s, a)`` over normalised chunk actions, with their own encoder.
+
+    Args:
+        spec: the env.
+        config: ``actor.model`` (``num_q_heads``, ``q_hidden_sizes``, ``q_layer_norm``, encoder, activation).
+        batch_renorm: CrossQ's critics: batch renormalisation before each hidden layer (and on the input).
+    """
+
+    def __init__(self, spec: EnvSpec, config: PolicyConfig, *, batch_renorm: bool = False) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder, feat = build_encoder(spec, config)
+        act = ACTIVATIONS[config.activation]
+        sizes = config.q_hidden_sizes or config.hidden_sizes
+        inp = feat + config.num_action_chunks * spec.action_dim
+        self.heads = nn.ModuleList()
+        for _ in range(config.num_q_heads):
+            layers: list[nn.Module] = []
+            width = inp
+            if batch_renorm:
+                layers.append(BatchRenorm1d(width))
+            for size in sizes:
+                layers.append(nn.Linear(width, size))
+                if config.q_layer_norm:
+                    layers.append(nn.LayerNorm(size))
+                layers.append(act())
+                if batch_renorm:
+                    layers.append(BatchRenorm1d(size))
+                width = size
+            layers.append(nn.Linear(width, 1))
+            self.heads.append(nn.Sequential(*layers))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[N, H]`` of ``obs`` and normalised actions ``[N, C, D]`` (or ``[N, C*D]``)."""
+        x = obs if self.config.model_type == "cnn" else obs.float()
+        inp = torch.cat([self.encoder(x), actions.reshape(actions.shape[0], -1)], dim=-1)
+        return torch.cat([head(inp) for head in self.heads], dim=-1)

@@ -1,0 +1,184 @@
+"""The SAC-family trainer: shapes, soft target updates, temperature types, CrossQ and TD3 paths, exact state."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import attrs
+import pytest
+import torch
+from rlinf_core.config import AlgorithmConfig, EntropyTuningConfig, ReplayBufferConfig
+from rlinf_core.protocols import EnvSpec
+from rlinf_models import EmbodiedActorConfig, OptimConfig
+from rlinf_models.offpolicy import SACTrainer
+from rlinf_models.policies import (
+    BatchRenorm1d,
+    PolicyConfig,
+    QEnsemble,
+    SquashedGaussianPolicy,
+    build_inference_policy,
+)
+
+SPEC = EnvSpec((3,), "continuous", 2, action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
+MODEL = PolicyConfig(hidden_sizes=(16,), add_value_head=False, add_q_head=True, num_action_chunks=2)
+ACTOR = EmbodiedActorConfig(
+    model=MODEL, optim=OptimConfig(lr=1e-3, clip_grad=None), global_batch_size=8, micro_batch_size=8
+)
+
+
+def _alg(**kw: Any) -> AlgorithmConfig:
+    kw.setdefault("replay_buffer", ReplayBufferConfig(cache_size=64, min_buffer_size=8))
+    return AlgorithmConfig(loss_type="embodied_sac", adv_type="embodied_sac", **kw)
+
+
+def _trainer(alg: AlgorithmConfig, model: PolicyConfig = MODEL) -> SACTrainer:
+    torch.manual_seed(0)
+    actor = attrs.evolve(ACTOR, model=model)
+    return SACTrainer(SquashedGaussianPolicy(SPEC, model), SPEC, actor, alg)
+
+
+def _fill(tr: SACTrainer, n: int = 16, *, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    c = tr.policy.chunks
+    traj = {
+        "obs": torch.randn(n, 1, 3, generator=g),
+        "next_obs": torch.randn(n, 1, 3, generator=g),
+        "actions": tr.policy.to_env(torch.rand(n, 1, c, 2, generator=g) * 2 - 1),
+        "rewards": torch.randn(n, 1, c, generator=g),
+        "terminations": torch.rand(n, 1, c, generator=g) < 0.1,
+    }
+    assert tr.add_trajectory(traj) == n
+
+
+def test_policy_and_critic_shapes() -> None:
+    policy = build_inference_policy(SPEC, MODEL)
+    assert isinstance(policy, SquashedGaussianPolicy)
+    obs = torch.randn(5, 3)
+    out = policy.act(obs)
+    assert out.actions.shape == (5, 2, 2) and out.logprobs.shape == (5, 2, 2) and out.values.shape == (5, 1)
+    low, high = torch.tensor(SPEC.action_low), torch.tensor(SPEC.action_high)
+    assert ((out.actions >= low) & (out.actions <= high)).all()
+    norm = policy.from_env(out.actions)
+    assert torch.allclose(policy.to_env(norm), out.actions, atol=1e-5)
+    rand = policy.random_actions(200)
+    assert ((rand >= low) & (rand <= high)).all() and rand[..., 0].min() < -1.0
+    q = QEnsemble(SPEC, attrs.evolve(MODEL, num_q_heads=3, q_layer_norm=True))
+    assert q(obs, norm).shape == (5, 3)
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in q.modules())
+
+
+def test_sac_config_conflicts_are_refused() -> None:
+    with pytest.raises(ValueError, match="add_value_head"):
+        PolicyConfig(add_q_head=True)
+    with pytest.raises(ValueError, match="continuous"):
+        SquashedGaussianPolicy(EnvSpec((3,), "discrete", 1, num_actions=2), MODEL)
+    with pytest.raises(ValueError, match="adv_type"):
+        AlgorithmConfig(loss_type="embodied_sac")
+    with pytest.raises(ValueError, match="embodied_sac"):
+        AlgorithmConfig(loss_type="sac", adv_type="embodied_sac")
+
+
+def test_no_update_before_min_buffer_size() -> None:
+    tr = _trainer(_alg(replay_buffer=ReplayBufferConfig(cache_size=64, min_buffer_size=32)))
+    _fill(tr, 16)
+    before = copy.deepcopy(tr.critic.state_dict())
+    m = tr.update(5)
+    assert m["sac/num_updates"] == 0.0 and m["replay_buffer/size"] == 16.0
+    assert all(torch.equal(before[k], v) for k, v in tr.critic.state_dict().items())
+    _fill(tr, 16, seed=1)
+    m = tr.update(3)
+    assert m["sac/num_updates"] == 3.0 and tr.update_steps == 3 and tr.train_steps == 2
+
+
+def test_soft_target_update_uses_tau() -> None:
+    tr = _trainer(_alg(tau=0.25))
+    _fill(tr)
+    assert tr.target_critic is not None
+    old_target = [p.detach().clone() for p in tr.target_critic.parameters()]
+    tr.update(1)
+    for old, new, online in zip(
+        old_target, tr.target_critic.parameters(), tr.critic.parameters(), strict=True
+    ):
+        assert torch.allclose(new, 0.75 * old + 0.25 * online.detach(), atol=1e-6)
+    tr2 = _trainer(_alg(tau=0.25, target_update_freq=2))
+    _fill(tr2)
+    assert tr2.target_critic is not None
+    start = [p.detach().clone() for p in tr2.target_critic.parameters()]
+    tr2.update(1)  # first critic step: no target update yet
+    assert all(torch.equal(a, b) for a, b in zip(start, tr2.target_critic.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("alpha_type", ["softplus", "exp", "fixed_alpha"])
+def test_temperature_types(alpha_type: str) -> None:
+    tuning = EntropyTuningConfig(alpha_type=alpha_type, initial_alpha=0.2)  # type: ignore[arg-type]
+    tr = _trainer(_alg(entropy_tuning=tuning))
+    assert tr.alpha().item() == pytest.approx(0.2, rel=1e-5)
+    _fill(tr)
+    m = tr.update(4)
+    if alpha_type == "fixed_alpha":
+        assert tr.alpha_optimizer is None and "sac/alpha_loss" not in m
+        assert tr.alpha().item() == pytest.approx(0.2, rel=1e-6)
+    else:
+        assert "sac/alpha_loss" in m and tr.alpha().item() != pytest.approx(0.2, rel=1e-6)
+    assert tr.target_entropy == -4.0  # chunks x action dims
+
+
+def test_critic_actor_ratio() -> None:
+    tr = _trainer(_alg(critic_actor_ratio=2))
+    _fill(tr)
+    policy_before = copy.deepcopy(tr.policy.state_dict())
+    tr.update(1)
+    assert all(torch.equal(policy_before[k], v) for k, v in tr.policy.state_dict().items())
+    tr.update(1)
+    assert not all(torch.equal(policy_before[k], v) for k, v in tr.policy.state_dict().items())
+
+
+def test_crossq_has_no_target_and_renormalises() -> None:
+    tr = _trainer(_alg(q_head_type="crossq", bootstrap_type="always"))
+    assert tr.target_critic is None
+    brn = [m for m in tr.critic.modules() if isinstance(m, BatchRenorm1d)]
+    assert brn
+    _fill(tr)
+    m = tr.update(3)
+    assert m["sac/num_updates"] == 3.0 and torch.isfinite(torch.tensor(m["sac/critic_loss"]))
+    assert int(brn[0].steps) == 3  # one joint training forward per critic step, none from the actor step
+    assert not torch.equal(brn[0].running_mean, torch.zeros_like(brn[0].running_mean))
+
+
+def test_td3_smoothing_and_redq_subsets_run() -> None:
+    tr = _trainer(_alg(target_policy_noise=0.2))
+    _fill(tr)
+    assert tr.update(2)["sac/num_updates"] == 2.0
+    tr = _trainer(
+        _alg(critic_subsample_size=2, actor_agg_q="mean", backup_entropy=False),
+        attrs.evolve(MODEL, num_q_heads=5),
+    )
+    _fill(tr)
+    assert tr.update(2)["sac/num_updates"] == 2.0
+
+
+def test_utd_ratio_sets_the_number_of_updates() -> None:
+    assert _trainer(_alg(update_epoch=3)).updates_for(40) == 3
+    assert _trainer(_alg(utd_ratio=0.5)).updates_for(40) == 20
+    assert _trainer(_alg(utd_ratio=0.01)).updates_for(40) == 1
+
+
+def test_state_round_trip_continues_exactly() -> None:
+    a = _trainer(_alg())
+    _fill(a)
+    a.update(3)
+    b = _trainer(_alg(replay_buffer=ReplayBufferConfig(cache_size=64, min_buffer_size=8, seed=7)))
+    b.policy.load_state_dict(a.policy.state_dict())
+    b.load_critic_state_dict(copy.deepcopy(a.critic_state_dict()))
+    b.load_optimizer_state_dict(copy.deepcopy(a.optimizer_state_dict()))
+    b.load_counters(copy.deepcopy(a.counters()))
+    rng = torch.get_rng_state()
+    ma = a.update(3)
+    torch.set_rng_state(rng)
+    mb = b.update(3)
+    assert ma == mb
+    for x, y in ((a.policy, b.policy), (a.critic, b.critic), (a.target_critic, b.target_critic)):
+        assert x is not None and y is not None
+        assert all(torch.equal(v, y.state_dict()[k]) for k, v in x.state_dict().items())
+    assert torch.equal(a.alpha_param, b.alpha_param)
