@@ -2,12 +2,19 @@
 
 CPU runs use gloo, CUDA runs NCCL (with gloo kept for CPU-side collectives). One rank needs none of this: the
 module stays a plain ``nn.Module`` and the same full-state-dict functions work on it without a process group.
+
+``torch.distributed.fsdp`` and ``torch.distributed.checkpoint`` load on first use (importing them costs ~2 s of
+CPU): a one-rank actor never loads them for its weights, and a process that only looks up an actor worker (Ray
+imports the worker's module there) does not pay for them either. For a plain module the full state dicts are
+built directly, in the same layout as ``torch.distributed.checkpoint.state_dict`` gives (parameter names as
+keys), so checkpoints move freely between one rank and many.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -16,15 +23,7 @@ import torch
 import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 __all__ = [
     "full_model_state_dict",
@@ -40,7 +39,33 @@ __all__ = [
     "shard_module",
 ]
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+def _is_sharded(module: nn.Module) -> bool:
+    """Whether ``fully_shard`` was applied to ``module`` (it cannot have been if FSDP was never imported)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(module, fsdp.FSDPModule)
+
+
+def _dcp() -> Any:
+    import torch.distributed.checkpoint.state_dict as dcp
+
+    return dcp
+
+
+def _full_options(*, cpu_offload: bool) -> Any:
+    return _dcp().StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
+
+
+def _param_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[list[str]]:
+    """The parameter names of each of ``optimizer``'s groups, in the optimizer's order."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    out = []
+    for group in optimizer.param_groups:
+        missing = [i for i, p in enumerate(group["params"]) if id(p) not in names]
+        if missing:
+            raise ValueError(f"optimizer parameters {missing} of a group are not parameters of the module")
+        out.append([names[id(p)] for p in group["params"]])
+    return out
 
 
 def init_distributed(device: torch.device) -> DeviceMesh:
@@ -67,6 +92,8 @@ def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = Fal
     Returns:
         ``module`` (now an FSDP module whose parameters are sharded ``DTensor``s).
     """
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
     kwargs: dict[str, Any] = {"mesh": mesh}
     if cpu_offload and mesh.device_type == "cuda":
         kwargs["offload_policy"] = CPUOffloadPolicy()
@@ -82,26 +109,67 @@ def full_model_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
 
     For a plain module (one rank) this is simply a CPU copy of its state dict.
     """
+    if not _is_sharded(module):
+        return {k: v.cpu() for k, v in module.state_dict().items()}
     # Full state dicts of modules hold plain tensors only (ValueType also covers optimizer-state leaves).
-    return cast(dict[str, torch.Tensor], get_model_state_dict(module, options=_FULL))
+    state = _dcp().get_model_state_dict(module, options=_full_options(cpu_offload=True))
+    return cast(dict[str, torch.Tensor], state)
 
 
 def full_optimizer_state_dict(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The full optimizer state keyed by parameter names (rank 0; ``{}`` elsewhere; collective under FSDP2)."""
-    return get_optimizer_state_dict(module, optimizer, options=_FULL)
+    """The full optimizer state keyed by parameter names (rank 0; ``{}`` elsewhere; collective under FSDP2).
+
+    ``{"state": {name: {...}}, "param_groups": [{..., "params": [name, ...]}]}``, as
+    ``torch.distributed.checkpoint.state_dict.get_optimizer_state_dict`` gives it.
+    """
+    if not _is_sharded(module):
+        by_index = optimizer.state_dict()
+        names = [n for group in _param_names(module, optimizer) for n in group]
+        state = {
+            names[i]: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+            for i, s in by_index["state"].items()
+        }
+        groups = [{**g, "params": [names[i] for i in g["params"]]} for g in by_index["param_groups"]]
+        return {"state": state, "param_groups": groups}
+    return cast(
+        dict[str, Any],
+        _dcp().get_optimizer_state_dict(module, optimizer, options=_full_options(cpu_offload=True)),
+    )
 
 
 def load_full_model_state_dict(module: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
     """Load a full state dict (every rank passes the same one; each keeps its shard)."""
+    if not _is_sharded(module):
+        module.load_state_dict(state)
+        return
     full: dict[str, Any] = dict(state)
-    set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True))
+    _dcp().set_model_state_dict(module, full, options=_full_options(cpu_offload=False))
 
 
 def load_full_optimizer_state_dict(
     module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
 ) -> None:
     """Load a full optimizer state dict saved by :func:`full_optimizer_state_dict` (any world size)."""
-    set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    if not _is_sharded(module):
+        current = _param_names(module, optimizer)
+        saved = [list(g["params"]) for g in state["param_groups"]]
+        if [sorted(g) for g in saved] != [sorted(g) for g in current]:
+            raise ValueError(
+                f"optimizer state: its parameter groups {saved} do not hold the optimizer's parameters {current}"
+            )
+        index = {n: i for i, n in enumerate(n for group in current for n in group)}
+        optimizer.load_state_dict(
+            {
+                "state": {index[n]: s for n, s in state["state"].items()},
+                # in the optimizer's own order: load_state_dict pairs saved and current parameters by position
+                "param_groups": [
+                    {**g, "params": [index[n] for n in names]}
+                    for g, names in zip(state["param_groups"], current, strict=True)
+                ],
+            }
+        )
+        return
+    _dcp().set_optimizer_state_dict(module, optimizer, state, options=_full_options(cpu_offload=False))
 
 
 def select_device() -> torch.device:
