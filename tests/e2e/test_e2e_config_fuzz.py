@@ -15,6 +15,7 @@ from rlinf_runners.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 E, R, A = "embodied", "reasoning", "agent"
+SAC = ["--config-name", "pendulum_sac"]
 # (app, arguments, texts the error must contain: the key, and the allowed values where there is a closed set)
 CASES: list[tuple[str, list[str], list[str]]] = [
     # runner
@@ -93,6 +94,49 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     (E, ["runner.max_epochs"], ["'runner.max_epochs'", "key.sub=value"]),
     (E, ["runner.max_epochs=[1"], ["'runner.max_epochs=[1'", "not valid YAML"]),
     (E, ["runner.max_epochs=3", "runner.max_epochs.x=1"], ["runner.max_epochs is a int, not a mapping"]),
+    # embodied off-policy (SAC): its algorithm fields, buffers and cross-section checks
+    (E, ["algorithm.loss_type=embodied_sacc"], ["algorithm.loss_type", "embodied_sac"]),
+    (
+        E,
+        ["algorithm.loss_type=embodied_sac"],
+        ["adv_type 'gae'", "selected by both together", "embodied_sac"],
+    ),
+    (
+        E,
+        ["actor.model.add_q_head=true", "actor.model.add_value_head=false", "algorithm.adv_type=grpo"],
+        ["actor.model.add_q_head builds the off-policy policy", "embodied_sac"],
+    ),
+    (
+        E,
+        [*SAC, "algorithm.entropy_tuning.alpha_type=log"],
+        ["alpha_type", "'softplus', 'exp', 'fixed_alpha'"],
+    ),
+    (
+        E,
+        [*SAC, "algorithm.entropy_tuning.initial_alpha=0"],
+        ["algorithm.entropy_tuning.initial_alpha", "> 0"],
+    ),
+    (E, [*SAC, "algorithm.agg_q=max"], ["algorithm.agg_q", "'min', 'mean'"]),
+    (E, [*SAC, "algorithm.q_head_type=crossx"], ["algorithm.q_head_type", "'default', 'crossq'"]),
+    (E, [*SAC, "algorithm.tau=1.5"], ["algorithm.tau", "<= 1.0"]),
+    (E, [*SAC, "algorithm.utd_ratio=0"], ["algorithm.utd_ratio", "> 0 or null"]),
+    (E, [*SAC, "algorithm.replay_buffer.cache_size=0"], ["algorithm.replay_buffer.cache_size", ">= 1"]),
+    (E, [*SAC, "algorithm.replay_buffer.min_buffer_size=200000"], ["min_buffer_size (200000)", "cache_size"]),
+    (E, [*SAC, "algorithm.replay_buffer.window=5"], ["algorithm.replay_buffer.window", "sample_window_size"]),
+    (E, [*SAC, "algorithm.demo_buffer.load_path=/nonexistent.pt"], ["algorithm.demo_buffer.load_path"]),
+    (E, [*SAC, "actor.model.add_q_head=false"], ["actor.model.add_q_head must be true"]),
+    (E, [*SAC, "actor.model.add_value_head=true"], ["add_value_head", "add_q_head"]),
+    (E, [*SAC, "actor.model.num_q_heads=0"], ["actor.model.num_q_heads", ">= 1"]),
+    (E, [*SAC, "env.train.auto_reset=false"], ["env.train.auto_reset must be true"]),
+    (
+        E,
+        [
+            *SAC,
+            "cluster.simulated_accelerators_per_node=2",
+            'cluster.component_placement={actor: 0-1, "env,rollout": 0}',
+        ],
+        ["the off-policy actor runs on one rank", "gives it 2"],
+    ),
     # reasoning: paths, registries, sections of its own
     (R, ["actor.model.model_path=/nonexistent/model"], ["actor.model.model_path", "'smollm2-135m-instruct'"]),
     (R, ["actor.model.tokenizer_path=/nonexistent/tok"], ["actor.model.tokenizer_path", "not a directory"]),

@@ -15,8 +15,9 @@ from ._config import LoggerConfig, RunnerConfig
 if TYPE_CHECKING:
     from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
     from ._base import Runner, RunResult, StepCallback
-    from ._embodied import EmbodiedRunner
+    from ._embodied import EmbodiedRunner, EnvRunner
     from ._llm import LLMRunner, SFTConfig
+    from ._offpolicy import OffPolicyRunner
     from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner
 
 __version__ = _version("rlinf-runners")
@@ -33,6 +34,8 @@ __getattr__ = lazy_exports(
         "RunResult": "._base",
         "StepCallback": "._base",
         "EmbodiedRunner": "._embodied",
+        "EnvRunner": "._embodied",
+        "OffPolicyRunner": "._offpolicy",
         "LLMRunner": "._llm",
         "SFTConfig": "._llm",
         "REASONING_ADV_TYPES": "._reasoning",
@@ -46,8 +49,10 @@ __all__ = [
     "REASONING_ADV_TYPES",
     "AgentRunner",
     "EmbodiedRunner",
+    "EnvRunner",
     "LLMRunner",
     "LoggerConfig",
+    "OffPolicyRunner",
     "ReasoningRunner",
     "RunResult",
     "Runner",

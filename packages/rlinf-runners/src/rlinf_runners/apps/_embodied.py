@@ -26,7 +26,8 @@ from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Wo
 
 from .._config import RunnerConfig
 from .._embodied import EmbodiedRunner
-from ._app import App, OnStep, WorkerClasses
+from ._app import App, AppRunner, OnStep, WorkerClasses
+from ._offpolicy import build_offpolicy_runner, offpolicy_problems
 
 __all__ = ["EmbodiedApp", "EmbodiedConfig"]
 
@@ -64,11 +65,17 @@ def _check_split(name: str, split: VecEnvConfig, env_ws: int, stages: int, rollo
     return problems
 
 
-def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> list[str]:
+def _env_split_problems(cfg: EmbodiedConfig, ws: Mapping[str, int] | None) -> list[str]:
+    if ws is None:
+        return []
     stages = cfg.rollout.pipeline_stage_num
+    problems = _check_split("env.train", cfg.env.train, ws["env"], stages, ws["rollout"])
+    return problems + _check_split("env.eval", cfg.env.eval, ws["env"], stages, ws["rollout"])
+
+
+def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> list[str]:
     train = cfg.env.train
-    problems = _check_split("env.train", train, ws["env"], stages, ws["rollout"])
-    problems += _check_split("env.eval", cfg.env.eval, ws["env"], stages, ws["rollout"])
+    problems = _env_split_problems(cfg, ws)
     envs = train.total_num_envs * cfg.algorithm.rollout_epoch
     unit = ws["actor"] * train.group_size
     if train.total_num_envs % unit:
@@ -141,6 +148,11 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 f"algorithm.group_size ({cfg.algorithm.group_size}) must equal env.train.group_size "
                 f"({cfg.env.train.group_size}): advantages are normalised over the env groups"
             )
+        if cfg.algorithm.is_offpolicy or cfg.actor.model.add_q_head:
+            problems += offpolicy_problems(cfg, ws) + _env_split_problems(cfg, ws)
+            if problems:
+                raise ConfigError(problems, "the embodied config")
+            return
         adv_type = cfg.algorithm.adv_type.lower()
         if adv_type not in EMBODIED_ADV_TYPES:
             problems.append(
@@ -204,13 +216,20 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 stages,
                 num_action_chunks=cfg.actor.model.num_action_chunks,
                 rollout_world_size=ws["rollout"],
+                collect_transitions=cfg.algorithm.is_offpolicy,
             )
             .launch(cluster, placement.get_strategy("env"), name="env")
         )
         spec = driver_spec or env.get_spec().wait(timeout=timeout_s)[0]
+        offpolicy = cfg.algorithm.is_offpolicy  # OffPolicyActorWorker has no learning-rate schedule
         actor = (
-            (classes.get("actor") or _worker_class("actor"))
-            .create_group(cfg.actor, cfg.algorithm, spec, total_steps=cfg.runner.total_steps)
+            (classes.get("actor") or _worker_class("offpolicy_actor" if offpolicy else "actor"))
+            .create_group(
+                cfg.actor,
+                cfg.algorithm,
+                spec,
+                **({} if offpolicy else {"total_steps": cfg.runner.total_steps}),
+            )
             .launch(cluster, placement.get_strategy("actor"), name="actor")
         )
         rollout = (
@@ -243,8 +262,10 @@ class EmbodiedApp(App[EmbodiedConfig]):
         groups: Mapping[str, Any],
         *,
         on_step: OnStep | None = None,
-    ) -> EmbodiedRunner:
-        """The :class:`EmbodiedRunner` of ``cfg`` over launched groups."""
+    ) -> AppRunner:
+        """The :class:`EmbodiedRunner` of ``cfg`` over launched groups (``OffPolicyRunner`` for off-policy)."""
+        if cfg.algorithm.is_offpolicy:
+            return build_offpolicy_runner(cfg, groups, on_step=on_step)
         return EmbodiedRunner(
             cfg.runner,
             actor=groups["actor"],
@@ -264,6 +285,10 @@ def _worker_class(component: str) -> type[Worker]:
         from rlinf_models import EmbodiedActorWorker
 
         cls = EmbodiedActorWorker
+    elif component == "offpolicy_actor":
+        from rlinf_models.offpolicy import OffPolicyActorWorker
+
+        cls = OffPolicyActorWorker
     elif component == "rollout":
         from rlinf_rollout import EmbodiedRolloutWorker
 

@@ -1,0 +1,71 @@
+"""The embodied app's off-policy path (``algorithm.loss_type: embodied_sac``): its checks and its runner.
+
+:class:`~rlinf_runners.apps.EmbodiedApp` picks this path from the algorithm; the groups are the same three (the
+actor is ``OffPolicyActorWorker``, the env workers collect transitions), the runner is
+:class:`~rlinf_runners.OffPolicyRunner`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlinf_core.config import OFFPOLICY_LOSS_TYPES, unstructure_config
+
+from .._offpolicy import OffPolicyRunner
+from ._app import OnStep
+
+if TYPE_CHECKING:
+    from ._embodied import EmbodiedConfig
+
+__all__ = ["build_offpolicy_runner", "offpolicy_problems"]
+
+
+def offpolicy_problems(cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | None) -> list[str]:
+    """What an off-policy embodied config must satisfy beyond each section's own checks (``[]``: nothing)."""
+    alg = cfg.algorithm
+    problems: list[str] = []
+    if not alg.is_offpolicy:
+        return [
+            f"actor.model.add_q_head builds the off-policy policy: set algorithm.loss_type and adv_type to one of "
+            f"{', '.join(OFFPOLICY_LOSS_TYPES)}, or add_q_head: false"
+        ]
+    if not cfg.actor.model.add_q_head:
+        problems.append(
+            f"actor.model.add_q_head must be true for algorithm.loss_type {alg.loss_type!r} "
+            "(the tanh-Gaussian policy and its Q heads; with add_value_head: false)"
+        )
+    if not cfg.env.train.auto_reset:
+        problems.append(
+            "env.train.auto_reset must be true for off-policy training (transitions span episodes)"
+        )
+    rb = alg.replay_buffer
+    if rb.min_buffer_size > rb.cache_size:
+        problems.append(
+            f"algorithm.replay_buffer.min_buffer_size ({rb.min_buffer_size}) exceeds its cache_size "
+            f"({rb.cache_size}): learning would never start"
+        )
+    if alg.demo_buffer is not None and not Path(alg.demo_buffer.load_path).is_file():
+        problems.append(f"algorithm.demo_buffer.load_path: no file {alg.demo_buffer.load_path!r}")
+    if world_sizes is not None and world_sizes["actor"] != 1:
+        problems.append(
+            f"the off-policy actor runs on one rank; cluster.component_placement gives it {world_sizes['actor']}"
+        )
+    return problems
+
+
+def build_offpolicy_runner(
+    cfg: EmbodiedConfig, groups: Mapping[str, Any], *, on_step: OnStep | None = None
+) -> OffPolicyRunner:
+    """The :class:`~rlinf_runners.OffPolicyRunner` of ``cfg`` over the launched groups."""
+    return OffPolicyRunner(
+        cfg.runner,
+        actor=groups["actor"],
+        rollout=groups["rollout"],
+        env=groups["env"],
+        random_warmup_steps=cfg.algorithm.random_warmup_steps,
+        rollout_epoch=cfg.algorithm.rollout_epoch,
+        run_config=unstructure_config(cfg),
+        on_step=on_step,
+    )
