@@ -1,11 +1,30 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "embodied"
+
+
+@pytest.fixture(scope="module")
+def cluster(app: Any) -> Iterator[Any]:
+    """A local Ray cluster of 4 simulated accelerator slots, 2 CPUs, for one test module."""
+    from rlinf_scheduler import Cluster
+
+    c = Cluster(
+        num_nodes=1,
+        simulated_accelerators_per_node=4,
+        ray_address="local",
+        num_cpus=2,
+        interrupt_main_on_failure=False,
+    )
+    try:
+        yield c
+    finally:
+        c.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,10 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     (E, ["runner.seed=abc"], ["runner.seed", "expected int"]),
     (E, ["~runner"], ["~runner", "whole section"]),
     (E, ["~runner.nonexistent_key"], ["runner.nonexistent_key", "no runner.nonexistent_key to remove"]),
+    (E, ["runner.mode=asynch"], ["runner.mode", "'sync', 'async'"]),
+    (E, ["runner.mode=async"], ["runner.mode 'async'", "algorithm.loss_type", "'decoupled_actor_critic'"]),
+    (E, ["algorithm.staleness_threshold=-1"], ["algorithm.staleness_threshold", ">= 0"]),
+    (R, ["runner.mode=async"], ["runner.mode"]),
     # algorithm: registries and ranges
     (E, ["algorithm.adv_type=gea"], ["algorithm.adv_type", "'gea'", "gae, grpo, grpo_dynamic"]),
     (E, ["algorithm.adv_type=raw"], ["algorithm.adv_type 'raw'", "env.train.auto_reset: false"]),

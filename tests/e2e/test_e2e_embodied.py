@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +13,6 @@ from rlinf_runners.apps import EmbodiedApp, run_app
 from .conftest import APP_DIR, SMALL, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture(scope="module")
-def cluster(app: EmbodiedApp) -> Iterator[Any]:
-    from rlinf_scheduler import Cluster
-
-    c = Cluster(
-        num_nodes=1,
-        simulated_accelerators_per_node=4,
-        ray_address="local",
-        num_cpus=2,
-        interrupt_main_on_failure=False,
-    )
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 PLACEMENTS = {

@@ -19,6 +19,16 @@ pytestmark = pytest.mark.ray
     ["env", pytest.param("rollout", marks=pytest.mark.slow), pytest.param("actor", marks=pytest.mark.slow)],
 )
 def test_killed_worker_ends_the_run(app: EmbodiedApp, tmp_path: Path, target: str) -> None:
+    _kill_at_step_2(app, tmp_path, target)
+
+
+@pytest.mark.parametrize("target", ["env", pytest.param("actor", marks=pytest.mark.slow)])
+def test_killed_worker_ends_the_async_run(app: EmbodiedApp, tmp_path: Path, target: str) -> None:
+    """runner.mode: async: the kill lands while the next rollout batch is produced during the update."""
+    _kill_at_step_2(app, tmp_path, target, "runner.mode=async", "algorithm.loss_type=decoupled_actor_critic")
+
+
+def _kill_at_step_2(app: EmbodiedApp, tmp_path: Path, target: str, *extra: str) -> None:
     import ray
     from rlinf_scheduler import Cluster, WorkerFailedError
 
@@ -29,6 +39,7 @@ def test_killed_worker_ends_the_run(app: EmbodiedApp, tmp_path: Path, target: st
             "runner.max_epochs=50",
             "runner.val_check_interval=-1",
             f"runner.logger.log_path={tmp_path}",
+            *extra,
         ],
     )
     killed_at: list[float] = []

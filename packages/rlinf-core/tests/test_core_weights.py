@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
-from rlinf_core.protocols import WeightMessage, receive_weights, send_weights
+from rlinf_core.protocols import (
+    WeightMessage,
+    publish_weights,
+    receive_weights,
+    send_weights,
+    take_newest_weights,
+)
 
 
 class FakePeer:
@@ -60,3 +67,46 @@ def test_rollout_ranks_receive_the_message() -> None:
 def test_a_malformed_payload_is_refused(reply: Any) -> None:
     with pytest.raises(TypeError, match=r"weight sync from 'actor': expected \{'version': int"):
         receive_weights(FakePeer("rollout", 0, 1, reply=reply), "actor")
+
+
+class FakeChannel:
+    """A dict of FIFO queues standing in for ``rlinf_scheduler.Channel`` (``get`` never blocks here)."""
+
+    name = "weights"
+
+    def __init__(self) -> None:
+        self.queues: dict[Any, list[Any]] = {}
+
+    def put(
+        self, item: Any, *, key: Any = "default", weight: float = 1, timeout: float | None = None
+    ) -> None:
+        self.queues.setdefault(key, []).append(item)
+
+    def get_nowait(self, key: Any = "default") -> Any:
+        if not self.queues.get(key):
+            raise queue.Empty
+        return self.queues[key].pop(0)
+
+    def get(self, key: Any = "default", *, timeout: float | None = None) -> Any:
+        return self.get_nowait(key)
+
+
+def test_published_weights_reach_every_rollout_rank_and_the_newest_wins() -> None:
+    channel = FakeChannel()
+    publish_weights(channel, {"w": 1}, 1, 2)
+    publish_weights(channel, {"w": 2}, 2, 2)
+    assert take_newest_weights(channel, 0) == {"version": 2, "state_dict": {"w": 2}}
+    assert take_newest_weights(channel, 0, held=2) is None  # nothing new
+    assert take_newest_weights(channel, 1, min_version=2)["version"] == 2  # type: ignore[index]
+
+
+def test_a_rollout_below_the_bound_waits_and_names_what_it_waits_for() -> None:
+    channel = FakeChannel()
+    publish_weights(channel, {"w": 1}, 1, 1)
+    with pytest.raises(
+        TimeoutError, match=r"rollout rank 0 .* 'weights' .* version >= 3 \(it holds version 1\)"
+    ):
+        take_newest_weights(channel, 0, min_version=3, held=0, timeout=0.1)
+    channel.put({"oops": 1}, key=0)
+    with pytest.raises(TypeError, match="expected"):
+        take_newest_weights(channel, 0)

@@ -126,3 +126,41 @@ def test_loss_agg_func_reaches_the_loss() -> None:
         batch = trainer.compute_advantages_and_returns(batch)
         losses.append(trainer.train(batch)["actor/policy_loss"])
     assert losses[1] == pytest.approx(2 * losses[0], rel=1e-4)
+
+
+def test_proximal_logprobs_are_recomputed_for_stale_samples_only() -> None:
+    trainer = _trainer(loss_type="decoupled_actor_critic")
+    trainer.train_steps = 3
+    batch = _batch()
+    batch["versions"] = torch.full((8, 4), 3, dtype=torch.int64)
+    batch["versions"][:, 2:] = 1  # envs 2-3: chosen by weights two updates old
+    trainer.compute_proximal_logprobs(batch)
+    prox = batch["proximal_logprobs"]
+    assert prox.shape == batch["prev_logprobs"].shape
+    assert torch.equal(prox[:, :2], batch["prev_logprobs"][:, :2])  # current version: the behaviour log-probs
+    with torch.no_grad():
+        logprobs, _, _ = trainer.policy(
+            batch["obs"][:, 2:].reshape(16, 3), batch["actions"][:, 2:].reshape(16, 1)
+        )
+    torch.testing.assert_close(prox[:, 2:], logprobs.reshape(8, 2, 1))
+    metrics = trainer.train(trainer.compute_advantages_and_returns(batch))
+    assert metrics["actor/current_version"] == 4.0 and metrics["actor/average_version"] == 2.0
+    assert metrics["actor/behav_approx_kl"] != 0.0  # the stale half is importance-weighted
+
+
+def test_fresh_batches_skip_the_recomputation_and_missing_versions_are_explained() -> None:
+    trainer = _trainer(loss_type="decoupled_actor_critic")
+    batch = _batch()
+    batch["versions"] = torch.zeros(8, 4, dtype=torch.int64)
+    assert torch.equal(trainer.compute_proximal_logprobs(batch)["proximal_logprobs"], batch["prev_logprobs"])
+    with pytest.raises(ValueError, match=r"versions \[T=8, E=4\]"):
+        trainer.compute_proximal_logprobs(_batch())
+
+
+def test_staleness_counts() -> None:
+    from rlinf_models.embodied import STALENESS_BINS, staleness_counts
+
+    counts = staleness_counts(torch.tensor([[5, 4], [3, -20]]), 5)
+    assert counts["staleness/samples"] == 4 and counts["staleness/sum"] == 28
+    assert counts["staleness/max"] == 25 and counts["staleness/min"] == 0
+    assert [counts[f"staleness/count_{d}"] for d in range(STALENESS_BINS)] == [1, 1, 1, 0, 0, 0, 0, 1]

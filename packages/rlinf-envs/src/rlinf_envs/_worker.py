@@ -128,14 +128,21 @@ class EnvWorker(Worker):
         return self.spec
 
     def interact(
-        self, rollout_group: str, actor_channel: Channel, actor_world_size: int = 1
+        self,
+        rollout_group: str,
+        actor_channel: Channel,
+        actor_world_size: int = 1,
+        *,
+        batch: int | None = None,
     ) -> dict[str, Any]:
         """Run ``algorithm.rollout_epoch`` rollouts and put each trajectory on ``actor_channel``.
 
         Each trajectory (stages concatenated along E) is put once under each key ``0..actor_world_size-1``
-        (one per actor rank), with ``env_offset`` (global index of its first env) and ``rollout_epoch``. Layout: ``obs [T, E, *obs]``, ``actions [T, E, C(, D)]``, ``rewards [T, E, C]``,
-        ``dones [T+1, E, C]`` (row 0: before the first step), ``prev_logprobs [T, E, C*D]``,
-        ``prev_values [T+1, E, 1]`` (row T: value of the final observation).
+        (one per actor rank; ``(batch, rank)`` when ``batch`` is given), with ``env_offset`` (global index of
+        its first env) and ``rollout_epoch``. Layout: ``obs [T, E, *obs]``, ``actions [T, E, C(, D)]``,
+        ``rewards [T, E, C]``, ``dones [T+1, E, C]`` (row 0: before the first step), ``prev_logprobs
+        [T, E, C*D]``, ``prev_values [T+1, E, 1]`` (row T: value of the final observation), ``versions [T, E]``
+        (int64: the version of the weights that chose each chunk's actions).
 
         Returns:
             Episode statistics of the episodes that ended (``returns``, ``lengths``, ``successes``) and
@@ -153,7 +160,7 @@ class EnvWorker(Worker):
             steps += t_chunks * self.chunks * self.n_train * self.stages
             with self.timer("put_trajectory"):
                 for key in range(actor_world_size):
-                    actor_channel.put(traj, key=key)
+                    actor_channel.put(traj, key=key if batch is None else (batch, key))
         self._send_end(rollout_group, peers)
         return {
             "returns": stats.returns,
@@ -251,7 +258,20 @@ class EnvWorker(Worker):
     ) -> dict[str, torch.Tensor]:
         alg = self.algorithm
         rec: list[dict[str, list[Any]]] = [
-            {k: [] for k in ("obs", "actions", "rewards", "dones", "logprobs", "values", "next_obs", "terms")}
+            {
+                k: []
+                for k in (
+                    "obs",
+                    "actions",
+                    "rewards",
+                    "dones",
+                    "logprobs",
+                    "values",
+                    "versions",
+                    "next_obs",
+                    "terms",
+                )
+            }
             for _ in range(self.stages)
         ]
         boot: list[np.ndarray | None] = [None] * self.stages
@@ -281,6 +301,7 @@ class EnvWorker(Worker):
                 rec[s]["obs"].append(stage.obs)
                 rec[s]["actions"].append(np.asarray(reply["actions"]))
                 rec[s]["logprobs"].append(np.asarray(reply["logprobs"], dtype=np.float32))
+                rec[s]["versions"].append(np.asarray(reply["versions"], dtype=np.int64).reshape(-1))
                 with self.timer("env_step"):
                     res = stage.env.chunk_step(actions)
                 stats.extend(res.episodes)
@@ -311,6 +332,7 @@ class EnvWorker(Worker):
                 "dones": torch.from_numpy(np.stack(r["dones"])),
                 "prev_logprobs": torch.from_numpy(np.stack(r["logprobs"])),
                 "prev_values": torch.from_numpy(np.stack(r["values"])),
+                "versions": torch.from_numpy(np.stack(r["versions"])),
             }
             for r in rec
         ]
@@ -362,7 +384,7 @@ class EnvWorker(Worker):
         if len(replies) == 1:
             return replies[0]
         out: dict[str, Any] = {}
-        for key in ("actions", "logprobs", "values", "final_values"):
+        for key in ("actions", "logprobs", "values", "versions", "final_values"):
             vals = [r.get(key) for r in replies]
             out[key] = None if any(v is None for v in vals) else np.concatenate([np.asarray(v) for v in vals])
         return out

@@ -8,14 +8,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
-from rlinf_core.protocols import EnvSpec, receive_weights
+from rlinf_core.protocols import EnvSpec, WeightMessage, receive_weights, take_newest_weights
 from rlinf_models.policies import (
     PolicyConfig,
     PolicyOutput,
     SquashedGaussianPolicy,
     build_inference_policy,
 )
-from rlinf_scheduler import Worker, peer_slices
+from rlinf_scheduler import Channel, Worker, peer_slices
 
 from ._config import EmbodiedRolloutConfig
 
@@ -31,7 +31,9 @@ class EmbodiedRolloutWorker(Worker):
     Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
     :meth:`sync_model_from_actor`). Per stage, the rollout rank gathers the observation slices of its env peers
     (``peer_slices``), runs one batched forward and sends each peer its rows of ``actions``, ``logprobs``
-    ``[n, C*D]``, ``values`` ``[n, 1]`` and, when asked, ``final_values`` ``[n, 1]``.
+    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version) and, when asked,
+    ``final_values`` ``[n, 1]``. In asynchronous runs the weights come from a channel instead, taken between
+    two inference calls (see :meth:`generate`).
 
     Args:
         cfg: the ``rollout`` config.
@@ -79,10 +81,25 @@ class EmbodiedRolloutWorker(Worker):
             The version received.
         """
         with self.timer("sync_weights"):
-            msg = receive_weights(self, actor_group, timeout=self.cfg.recv_timeout_s)
-            self.policy.load_state_dict(msg["state_dict"])
-            self.version = msg["version"]
+            self._load(receive_weights(self, actor_group, timeout=self.cfg.recv_timeout_s))
         return self.version
+
+    def _load(self, msg: WeightMessage) -> None:
+        self.policy.load_state_dict(msg["state_dict"])
+        self.version = msg["version"]
+
+    def _take_weights(self, channel: Channel, min_version: int) -> None:
+        """Load the newest weights published on ``channel`` for this rank (waiting for ``min_version``)."""
+        with self.timer("take_weights"):
+            msg = take_newest_weights(
+                channel,
+                self.rank,
+                min_version=min_version,
+                held=self.version,
+                timeout=self.cfg.recv_timeout_s,
+            )
+            if msg is not None:
+                self._load(msg)
 
     def get_model_version(self) -> int:
         """Version of the weights in use (-1 before the first sync)."""
@@ -120,16 +137,34 @@ class EmbodiedRolloutWorker(Worker):
     def _rng_file(self, path: str) -> Path:
         return Path(path) / CHECKPOINT_SUBDIR / f"rng_rank{self.rank}.pkl"
 
-    def generate(self, env_group: str, mode: Literal["train", "eval", "random"] = "train") -> int:
+    def generate(
+        self,
+        env_group: str,
+        mode: Literal["train", "eval", "random"] = "train",
+        *,
+        weights: Channel | None = None,
+        min_version: int = -1,
+    ) -> int:
         """Serve the env ranks until each sent its end marker for every stage; returns the requests served.
 
-        ``random`` serves a training rollout with actions uniform over the action bounds (the off-policy
-        warm-up; the policy needs ``random_actions``, as the off-policy ``SquashedGaussianPolicy`` has).
+        Args:
+            env_group: the env group whose observations to answer.
+            mode: ``train`` (sampled actions), ``eval`` (deterministic) or ``random`` (a training rollout with
+                actions uniform over the action bounds: the off-policy warm-up; the policy needs
+                ``random_actions``, as the off-policy ``SquashedGaussianPolicy`` has).
+            weights: asynchronous runs: the channel the actor publishes weights on. Before every inference call
+                (a chunk boundary) the newest weights waiting there are loaded, and each reply carries the
+                version that computed it.
+            min_version: with ``weights``: before the first inference call, wait (at most
+                ``rollout.recv_timeout_s``) until the weights held are at least this version. This is what
+                holds a producer back that would otherwise exceed the staleness bound.
         """
         if mode not in (*self._peers, "random"):
             raise ValueError(f"mode must be 'train', 'eval' or 'random', got {mode!r}")
         if mode == "random" and not isinstance(self.policy, SquashedGaussianPolicy):
             raise ValueError("mode 'random' needs the off-policy policy (actor.model.add_q_head: true)")
+        if weights is not None:
+            self._take_weights(weights, min_version)
         if self.version < 0:
             raise RuntimeError("rollout has no weights yet: call sync_model_from_actor first")
         if self.cfg.enable_offload:
@@ -148,6 +183,8 @@ class EmbodiedRolloutWorker(Worker):
                 if not live:
                     del active[stage]
                     continue
+                if weights is not None:
+                    self._take_weights(weights, -1)
                 with self.timer("inference"):
                     replies = self._infer([m for _, m in live], mode)
                 with self.timer("send_actions"):
@@ -186,6 +223,7 @@ class EmbodiedRolloutWorker(Worker):
                     "actions": out.actions[sl].numpy(),
                     "logprobs": logprobs[sl].numpy(),
                     "values": out.values[sl].numpy(),
+                    "versions": np.full(size, self.version, dtype=np.int64),
                     "final_values": None if final_values is None else final_values[sl].numpy(),
                 }
             )

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from rlinf_core import lazy_exports
 
-from ._config import LoggerConfig, RunnerConfig
+from ._config import RUNNER_MODES, EmbodiedRunnerConfig, LoggerConfig, RunnerConfig
 
 if TYPE_CHECKING:
     from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
+    from ._async_embodied import AsyncEmbodiedRunner
     from ._base import Runner, RunResult, StepCallback
     from ._embodied import EmbodiedRunner, EnvRunner
     from ._llm import LLMRunner, SFTConfig
@@ -30,6 +31,7 @@ __getattr__ = lazy_exports(
         "AgentRunner": "._agent",
         "TurnRewardConfig": "._agent",
         "turn_advantages": "._agent",
+        "AsyncEmbodiedRunner": "._async_embodied",
         "Runner": "._base",
         "RunResult": "._base",
         "StepCallback": "._base",
@@ -47,8 +49,11 @@ __getattr__ = lazy_exports(
 __all__ = [
     "AGENT_ADV_TYPES",
     "REASONING_ADV_TYPES",
+    "RUNNER_MODES",
     "AgentRunner",
+    "AsyncEmbodiedRunner",
     "EmbodiedRunner",
+    "EmbodiedRunnerConfig",
     "EnvRunner",
     "LLMRunner",
     "LoggerConfig",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import attrs
 from attrs import validators as v
 from rlinf_core.metrics import BACKENDS
 
-__all__ = ["LoggerConfig", "RunnerConfig"]
+__all__ = ["RUNNER_MODES", "EmbodiedRunnerConfig", "LoggerConfig", "RunnerConfig"]
+
+RUNNER_MODES = ("sync", "async")
+"""Values of ``runner.mode`` (embodied app)."""
 
 
 def _backends(_inst: object, attr: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
@@ -65,3 +70,13 @@ class RunnerConfig:
     def total_steps(self) -> int:
         """Training steps of the run: ``min(max_steps, max_epochs)`` (``max_epochs`` when ``max_steps`` is -1)."""
         return self.max_epochs if self.max_steps < 0 else min(self.max_steps, self.max_epochs)
+
+
+@attrs.frozen(kw_only=True)
+class EmbodiedRunnerConfig(RunnerConfig):
+    """The embodied training loop (config ``runner`` of the embodied app)."""
+
+    mode: Literal["sync", "async"] = "sync"
+    """``sync``: collect a rollout batch, train on it, sync the weights, repeat (``EmbodiedRunner``).
+    ``async``: env and rollout keep producing batches while the actor trains, up to
+    ``algorithm.staleness_threshold`` versions behind (``AsyncEmbodiedRunner``, decoupled PPO)."""

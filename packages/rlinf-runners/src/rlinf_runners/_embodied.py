@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole, TrajectoryActor
-from rlinf_scheduler import Channel, RoleGroup
+from rlinf_scheduler import Channel, RoleCall, RoleGroup
 
 from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 from ._metrics import mean_over_ranks
 
-__all__ = ["EmbodiedRunner", "EnvRunner"]
+__all__ = ["EmbodiedRunner", "EnvRunner", "rollout_metrics"]
 
 A = TypeVar("A", bound=TrajectoryActor)
+R = TypeVar("R")
 
 
 def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
@@ -48,6 +49,20 @@ def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> d
         out[f"{prefix}/episode_len_mean"] = sum(lengths) / len(lengths)
         out[f"{prefix}/success_rate"] = sum(successes) / len(successes)
     return out
+
+
+def rollout_metrics(env_results: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
+    """The metrics of one rollout batch's env results, collected in ``seconds``.
+
+    ``env/*`` episode statistics, ``env/steps``, ``time/rollout_s`` (``seconds``) and
+    ``rollout/env_steps_per_s``.
+    """
+    metrics = _merge_episode_stats(env_results, "env")
+    steps = sum(float(r.get("env_steps", 0)) for r in env_results)
+    metrics["env/steps"] = steps
+    metrics["time/rollout_s"] = seconds
+    metrics["rollout/env_steps_per_s"] = steps / max(seconds, 1e-9)
+    return metrics
 
 
 class EnvRunner(Runner, Generic[A]):
@@ -109,7 +124,7 @@ class EnvRunner(Runner, Generic[A]):
         groups: tuple[RoleGroup[TimedRole], ...] = (self.actor, self.rollout, self.env)
         calls = [group.call(TimedRole.pop_timings) for group in groups]  # all in flight at once
         for group, call in zip(groups, calls, strict=True):
-            per_rank = self.wait(call)
+            per_rank = self.result(call)
             names: dict[str, None] = {}
             for r in per_rank:
                 names.update(dict.fromkeys(r))
@@ -117,6 +132,19 @@ class EnvRunner(Runner, Generic[A]):
                 key = name if name.startswith(f"{group.name}/") else f"{group.name}/{name}"
                 out[f"time/{key}"] = max(float(r.get(name, 0.0)) for r in per_rank)
         return out
+
+    def result(self, call: RoleCall[R]) -> list[R]:
+        """The per-rank results of ``call`` (:meth:`wait`; the asynchronous runner keeps producing meanwhile)."""
+        return self.wait(call)
+
+    @property
+    def num_messages(self) -> int:
+        """Trajectory messages of one rollout batch per actor rank: env ranks x ``rollout_epoch``."""
+        return self.env.world_size * self.rollout_epoch
+
+    def generate_options(self) -> dict[str, Any]:
+        """Extra keywords of ``EmbodiedRollout.generate`` (none here; the weights channel when asynchronous)."""
+        return {}
 
     # ---------------------------------------------------------------------------------------- the phases
     def sync_weights(self) -> None:
@@ -129,7 +157,7 @@ class EnvRunner(Runner, Generic[A]):
     def evaluate(self) -> dict[str, float]:
         """Run the evaluation envs with deterministic actions; returns ``eval/*`` metrics."""
         start = time.perf_counter()
-        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "eval")
+        serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "eval", **self.generate_options())
         results = self.wait(self.env.call(EnvRole.evaluate, self.rollout.name))
         self.wait(serve)
         return self.record_eval(_merge_episode_stats(results, "eval"), start)
@@ -145,9 +173,8 @@ class EnvRunner(Runner, Generic[A]):
         """
         t0 = time.perf_counter()
         channel = self._channel_for_actor()
-        num_messages = self.env.world_size * self.rollout_epoch
         gather = self.actor.call(
-            TrajectoryActor.recv_rollout_batch, channel, num_messages, self.cfg.step_timeout_s
+            TrajectoryActor.recv_rollout_batch, channel, self.num_messages, self.cfg.step_timeout_s
         )
         serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, mode)
         env_results = self.wait(
@@ -155,13 +182,7 @@ class EnvRunner(Runner, Generic[A]):
         )
         self.wait(serve)
         self.wait(gather)
-        elapsed = time.perf_counter() - t0
-        metrics = _merge_episode_stats(env_results, "env")
-        steps = sum(float(r.get("env_steps", 0)) for r in env_results)
-        metrics["env/steps"] = steps
-        metrics["time/rollout_s"] = elapsed
-        metrics["rollout/env_steps_per_s"] = steps / max(elapsed, 1e-9)
-        return metrics
+        return rollout_metrics(env_results, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------ checkpointing
     def save_worker_state(self, staging: Path) -> None:
@@ -208,10 +229,15 @@ class EmbodiedRunner(EnvRunner[EmbodiedActor]):
     def collect_and_train(self) -> dict[str, float]:
         """One training step: rollout through the channels, advantages, actor update; returns its metrics."""
         metrics = self.collect()
+        metrics.update(self.update())
+        return metrics
+
+    def update(self) -> dict[str, float]:
+        """Advantages and the actor update on the received batch: their metrics and ``time/train_s``."""
         t1 = time.perf_counter()
-        adv = self.wait(self.actor.call(EmbodiedActor.compute_advantages_and_returns))
-        train = mean_over_ranks(self.wait(self.actor.call(EmbodiedActor.run_training)))
-        metrics["time/train_s"] = time.perf_counter() - t1
+        adv = self.result(self.actor.call(EmbodiedActor.compute_advantages_and_returns))
+        train = mean_over_ranks(self.result(self.actor.call(EmbodiedActor.run_training)))
+        metrics = {"time/train_s": time.perf_counter() - t1}
         if adv and isinstance(adv[0], Mapping):
             metrics.update({k: float(v) for k, v in adv[0].items()})
         for key, value in train.items():

@@ -216,6 +216,8 @@ class RoleCall(Protocol[R]):
 
     def wait(self, timeout: float | None = None) -> list[R]: ...
 
+    def done(self) -> bool: ...
+
 
 class RoleGroup(Protocol[W_co]):
     """A group whose workers play role ``W_co`` (a Protocol of worker methods); ``WorkerGroup`` fits.

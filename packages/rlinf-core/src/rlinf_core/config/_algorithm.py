@@ -102,6 +102,10 @@ class AlgorithmConfig:
     """DAPO soft overlong punishment: length window ``L_cache`` before the limit (``0``: off)."""
     overlong_penalty_factor: float = attrs.field(default=1.0, validator=v.ge(0.0))
     """Scale of the soft overlong punishment (in ``[-factor, 0]``) added to the reward."""
+    staleness_threshold: int = attrs.field(default=1, validator=v.ge(0))
+    """Asynchronous embodied runs (``runner.mode: async``): how many updates the weights that chose a
+    sample's action may lag behind the weights the sample trains (the env and rollout wait rather than
+    exceed it); ``0`` gives the synchronous run's numbers."""
     # ------------------------------------------------------------------ off-policy (loss_type: embodied_sac)
     utd_ratio: float | None = attrs.field(default=None, validator=_positive_or_none)
     """Off-policy: gradient steps per collected transition (update-to-data ratio); a training step then makes

@@ -17,7 +17,15 @@ from ._roles import (
     TimedRole,
     TrajectoryActor,
 )
-from ._weights import WeightMessage, WeightSyncPeer, receive_weights, send_weights
+from ._weights import (
+    WeightChannel,
+    WeightMessage,
+    WeightSyncPeer,
+    publish_weights,
+    receive_weights,
+    send_weights,
+    take_newest_weights,
+)
 
 __all__ = [
     "ActorRole",
@@ -38,8 +46,11 @@ __all__ = [
     "TimedRole",
     "TrajectoryActor",
     "VecEnv",
+    "WeightChannel",
     "WeightMessage",
     "WeightSyncPeer",
+    "publish_weights",
     "receive_weights",
     "send_weights",
+    "take_newest_weights",
 ]

@@ -115,6 +115,36 @@ class TrajectoryActor(ActorRole, TimedRole, Protocol):
 class EmbodiedActor(TrajectoryActor, Protocol):
     """The embodied actor (policy and value training on env trajectories)."""
 
+    def recv_rollout_batch(
+        self,
+        channel: Channel,
+        num_messages: int,
+        timeout: float | None = None,
+        *,
+        key: Any = None,
+        batch: int | None = None,
+    ) -> int:
+        """Take this rank's share of one rollout's ``num_messages`` trajectories from ``channel``.
+
+        ``batch``: read the key ``(batch, rank)`` the env ranks put that rollout batch under (asynchronous runs).
+        """
+        ...
+
+    def publish_weights(self, channel: Channel, rollout_world_size: int, timeout: float | None = None) -> int:
+        """Put the current weights on ``channel`` for every rollout rank; returns their version.
+
+        It does not wait for the rollout, which takes them between two inference calls.
+        """
+        ...
+
+    def compute_proximal_logprobs(self) -> dict[str, float]:
+        """Decoupled PPO: the proximal log-probs of the received batch under the current weights.
+
+        Samples of the current version keep their behaviour log-probs; returns ``staleness/*`` counts over
+        this rank's samples.
+        """
+        ...
+
     def compute_advantages_and_returns(self) -> dict[str, float]:
         """Fill advantages (and returns) into the received batch; returns ``rollout/*`` means."""
         ...
@@ -135,10 +165,19 @@ class OffPolicyActor(TrajectoryActor, Protocol):
 class EmbodiedRollout(RolloutRole, OffloadRole, TimedRole, Protocol):
     """The embodied rollout: serves the env group's action requests."""
 
-    def generate(self, env_group: str, mode: Literal["train", "eval", "random"] = "train") -> int:
+    def generate(
+        self,
+        env_group: str,
+        mode: Literal["train", "eval", "random"] = "train",
+        *,
+        weights: Channel | None = None,
+        min_version: int = -1,
+    ) -> int:
         """Answer ``env_group``'s observations until its rollout (``train``) or evaluation (``eval``) ends.
 
         ``random``: a training rollout with actions uniform over the action bounds (off-policy warm-up).
+        With a ``weights`` channel (asynchronous runs) it takes the newest published weights before each
+        inference call, and waits before the first one until it holds at least ``min_version``.
         """
         ...
 
@@ -150,9 +189,18 @@ class EnvRole(TimedRole, CheckpointRole, Protocol):
     """
 
     def interact(
-        self, rollout_group: str, actor_channel: Channel, actor_world_size: int = 1
+        self,
+        rollout_group: str,
+        actor_channel: Channel,
+        actor_world_size: int = 1,
+        *,
+        batch: int | None = None,
     ) -> dict[str, Any]:
-        """Run the training rollouts; trajectories go to ``actor_channel``, episode lists come back."""
+        """Run the training rollouts; trajectories go to ``actor_channel``, episode lists come back.
+
+        ``batch``: put the trajectories under ``(batch, actor rank)`` instead of the actor rank (asynchronous
+        runs keep several rollout batches on the channel).
+        """
         ...
 
     def evaluate(self, rollout_group: str) -> dict[str, Any]:

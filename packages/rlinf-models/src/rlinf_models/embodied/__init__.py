@@ -8,16 +8,18 @@ from ._types import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES, REQUIRED_BATCH_KEYS
 
 if TYPE_CHECKING:
     from ._actor_worker import CHECKPOINT_SUBDIR, EmbodiedActorWorker, gather_trajectories
-    from ._trainer import EmbodiedPPOTrainer
+    from ._trainer import STALENESS_BINS, EmbodiedPPOTrainer, staleness_counts
 
 __all__ = [
     "CHECKPOINT_SUBDIR",
     "EMBODIED_ADV_TYPES",
     "MASKED_ADV_TYPES",
     "REQUIRED_BATCH_KEYS",
+    "STALENESS_BINS",
     "EmbodiedActorWorker",
     "EmbodiedPPOTrainer",
     "gather_trajectories",
+    "staleness_counts",
 ]
 
 # The trainer (torch) and the worker (also Ray, through rlinf_scheduler) load on first use only, so the names
@@ -28,6 +30,8 @@ __getattr__ = lazy_exports(
         "EmbodiedActorWorker": "._actor_worker",
         "CHECKPOINT_SUBDIR": "._actor_worker",
         "EmbodiedPPOTrainer": "._trainer",
+        "STALENESS_BINS": "._trainer",
+        "staleness_counts": "._trainer",
         "gather_trajectories": "._actor_worker",
     },
 )

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, send_weights
+from rlinf_core.protocols import EnvSpec, publish_weights, send_weights
 from rlinf_scheduler import Channel, Empty, Worker, timed
 from torch import nn
 
@@ -43,7 +43,7 @@ from .._fsdp import (
 )
 from ..actor import resumed_schedule_total
 from ..policies import build_policy
-from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer
+from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer, staleness_counts
 
 __all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories"]
 
@@ -233,9 +233,51 @@ class EmbodiedActorWorker(Worker):
         self._offload()
         return version
 
+    @timed(name="actor/publish_weights")
+    def publish_weights(self, channel: Channel, rollout_world_size: int, timeout: float | None = None) -> int:
+        """Put the weights on ``channel`` for every rollout rank (asynchronous runs); returns their version.
+
+        All actor ranks call it (the full state dict is gathered collectively); rank 0 puts one
+        ``WeightMessage`` per rollout rank (:func:`rlinf_core.protocols.publish_weights`). It does not wait for
+        the rollout, which takes the newest message between two inference calls.
+        """
+        self._reload()
+        state = full_model_state_dict(self.policy)
+        version = self.get_model_version()
+        if self.rank == 0:
+            publish_weights(
+                channel,
+                state,
+                version,
+                rollout_world_size,
+                timeout=self.comm_timeout if timeout is None else timeout,
+            )
+        self._offload()
+        return version
+
+    @timed(name="actor/compute_proximal_logprobs")
+    def compute_proximal_logprobs(self) -> dict[str, float]:
+        """Proximal log-probs of the received batch under the current weights (decoupled PPO, AReaL).
+
+        Returns:
+            This rank's staleness counts: ``staleness/samples``, ``staleness/sum``, ``staleness/max``,
+            ``staleness/min`` and ``staleness/count_<d>`` (:func:`staleness_counts`).
+        """
+        batch = self._require_batch("compute_proximal_logprobs")
+        self._reload()
+        self.trainer.compute_proximal_logprobs(batch)
+        self._offload()
+        return staleness_counts(batch["versions"], self.get_model_version())
+
     @timed(name="actor/recv_rollout_batch")
     def recv_rollout_batch(
-        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
+        self,
+        channel: Channel,
+        num_messages: int,
+        timeout: float | None = None,
+        *,
+        key: Any = None,
+        batch: int | None = None,
     ) -> int:
         """Take this rank's contiguous share of the envs of one rollout.
 
@@ -249,6 +291,8 @@ class EmbodiedActorWorker(Worker):
             num_messages: number of trajectory messages of this rollout for this rank.
             timeout: seconds to wait for all of them (``None``: ``comm_timeout``).
             key: channel key to read (default: this rank, an ``int``).
+            batch: read ``(batch, rank)`` instead: the key the env ranks put rollout batch ``batch`` under in an
+                asynchronous run (several batches may wait on the channel).
 
         Returns:
             Number of samples (``T * E_local``) this rank holds.
@@ -258,7 +302,7 @@ class EmbodiedActorWorker(Worker):
             TimeoutError: when the messages did not all arrive within ``timeout`` (says how many came).
         """
         wait = self.comm_timeout if timeout is None else timeout
-        read_key = self.rank if key is None else key
+        read_key = (self.rank if batch is None else (batch, self.rank)) if key is None else key
         local = self._env_share(
             gather_trajectories(channel, num_messages, key=read_key, timeout=wait, rank=self.rank)
         )

@@ -24,7 +24,8 @@ from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
-from .._config import RunnerConfig
+from .._async_embodied import AsyncEmbodiedRunner
+from .._config import EmbodiedRunnerConfig
 from .._embodied import EmbodiedRunner
 from ._app import App, AppRunner, OnStep, WorkerClasses
 from ._offpolicy import build_offpolicy_runner, offpolicy_problems
@@ -41,7 +42,7 @@ class EmbodiedConfig:
             component_placement={"actor,env,rollout": "0"}, simulated_accelerators_per_node=1
         )
     )
-    runner: RunnerConfig = attrs.field(factory=RunnerConfig)
+    runner: EmbodiedRunnerConfig = attrs.field(factory=EmbodiedRunnerConfig)
     algorithm: AlgorithmConfig = attrs.field(factory=AlgorithmConfig)
     actor: EmbodiedActorConfig = attrs.field(factory=EmbodiedActorConfig)
     rollout: EmbodiedRolloutConfig = attrs.field(factory=EmbodiedRolloutConfig)
@@ -164,6 +165,11 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 f"algorithm.adv_type {cfg.algorithm.adv_type!r} scores whole episodes and needs their masks: "
                 "set env.train.auto_reset: false (one episode per env per rollout)"
             )
+        if cfg.runner.mode == "async" and cfg.algorithm.loss_type != "decoupled_actor_critic":
+            problems.append(
+                f"runner.mode 'async' trains with the decoupled PPO loss: set algorithm.loss_type to "
+                f"'decoupled_actor_critic' (got {cfg.algorithm.loss_type!r})"
+            )
         if cfg.algorithm.adv_type == "gae" and not cfg.actor.model.add_value_head:
             problems.append("actor.model.add_value_head must be true for algorithm.adv_type 'gae'")
         train = cfg.env.train
@@ -263,18 +269,25 @@ class EmbodiedApp(App[EmbodiedConfig]):
         *,
         on_step: OnStep | None = None,
     ) -> AppRunner:
-        """The :class:`EmbodiedRunner` of ``cfg`` over launched groups (``OffPolicyRunner`` for off-policy)."""
+        """The runner of ``cfg`` over launched groups.
+
+        ``EmbodiedRunner``; ``AsyncEmbodiedRunner`` for ``runner.mode: async``; ``OffPolicyRunner`` for off-policy.
+        """
         if cfg.algorithm.is_offpolicy:
             return build_offpolicy_runner(cfg, groups, on_step=on_step)
-        return EmbodiedRunner(
-            cfg.runner,
-            actor=groups["actor"],
-            rollout=groups["rollout"],
-            env=groups["env"],
-            rollout_epoch=cfg.algorithm.rollout_epoch,
-            run_config=unstructure_config(cfg),
-            on_step=on_step,
-        )
+        common: dict[str, Any] = {
+            "actor": groups["actor"],
+            "rollout": groups["rollout"],
+            "env": groups["env"],
+            "rollout_epoch": cfg.algorithm.rollout_epoch,
+            "run_config": unstructure_config(cfg),
+            "on_step": on_step,
+        }
+        if cfg.runner.mode == "async":
+            return AsyncEmbodiedRunner(
+                cfg.runner, staleness_threshold=cfg.algorithm.staleness_threshold, **common
+            )
+        return EmbodiedRunner(cfg.runner, **common)
 
 
 def _worker_class(component: str) -> type[Worker]:
