@@ -221,3 +221,27 @@ def test_default_address_never_attaches_to_another_private_instance(ray_instance
     # Attaching to a `ray start`-style cluster is allowed (another test module may run one, e.g. a
     # ray.cluster_utils.Cluster under xdist); attaching to this private instance is not.
     assert line.startswith("GCS ") and ours not in line
+
+
+@pytest.mark.ray
+def test_a_cluster_that_starts_ray_probes_its_own_node_locally_with_the_same_result() -> None:
+    # The node the driver starts runs workers with the driver's interpreter and environment, so the cluster
+    # probes it in-process instead of waiting for a worker to boot; the answer must equal a remote probe's.
+    code = (
+        "import os, ray\n"
+        "os.environ['RLINF_PATH_ENV_MERGE_MODE'] = 'prepend'\n"
+        "from rlinf_scheduler import Cluster\n"
+        "from rlinf_scheduler._cluster import _probe_node_remote, _started_local_node\n"
+        "assert not _started_local_node()\n"
+        "with Cluster(num_nodes=1, ray_address='local', num_cpus=1) as c:\n"
+        "    assert c._started_node and _started_local_node()\n"
+        "    remote = ray.get(_probe_node_remote.remote(), timeout=60)\n"
+        "    node = c.node(0)\n"
+        "    assert (node.ip, node.python_interpreter, node.python_version) == (\n"
+        "        remote['ip'], remote['python'], remote['python_version']), (node, remote)\n"
+        "    assert dict(node.inherited_path_env) == remote['path_env'], (node, remote)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

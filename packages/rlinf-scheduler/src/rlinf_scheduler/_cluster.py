@@ -101,6 +101,32 @@ def _probe_node() -> dict[str, Any]:
     }
 
 
+def _started_local_node() -> bool:
+    """Whether ``ray.init`` in this process started the local node (rather than attaching to a running one).
+
+    A node this process started has its raylet as a child process. Where ``/proc`` cannot say (not Linux), the
+    answer is ``False``, which only costs a probe task.
+    """
+    me = str(os.getpid())
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return False
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm_end = stat.rfind(")")
+        fields = stat[comm_end + 2 :].split()
+        if stat[stat.find("(") + 1 : comm_end] == "raylet" and fields[1:2] == [me]:
+            return True
+    return False
+
+
 def _reserve_free_port() -> int:
     """Runs on a node: a TCP port that was free on it a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -186,6 +212,7 @@ class Cluster:
         self._monitor: FailureMonitor | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
         self._owns_ray = self._connect(num_cpus)
+        self._started_node = _started_local_node() if self._owns_ray else False
         if self._owns_ray:
             self._reaper = _start_reaper()
         try:
@@ -250,15 +277,21 @@ class Cluster:
                     + ". Start the missing nodes with `ray start --address=<head>` or lower num_nodes."
                 )
             time.sleep(0.2)
+        # The node this driver started runs its workers with the driver's interpreter and environment: probe it
+        # here rather than through a task, which would wait for a worker process to boot.
+        here = ray.get_runtime_context().get_node_id() if self._started_node else None
         refs = [
-            _probe_node_remote.options(
+            None
+            if n["NodeID"] == here
+            else _probe_node_remote.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)
             ).remote()
             for n in alive
         ]
         remaining = max(deadline - time.monotonic(), 30.0)
         try:
-            probes = ray.get(refs, timeout=remaining)
+            remote = iter(ray.get([r for r in refs if r is not None], timeout=remaining))
+            probes = [_probe_node() if r is None else next(remote) for r in refs]
         except ray.exceptions.GetTimeoutError as err:
             raise SchedulerTimeoutError(
                 f"Cluster: probing {len(alive)} node(s) did not finish within {remaining:.0f} s"
