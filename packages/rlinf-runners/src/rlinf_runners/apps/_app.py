@@ -8,6 +8,8 @@ here), launches its worker groups and builds its runner. :func:`run_app` owns th
 from __future__ import annotations
 
 import abc
+import contextlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, overload
@@ -140,6 +142,14 @@ class App(abc.ABC, Generic[C]):
     def prepare_process_env(self, cfg: C) -> None:
         """Set what the worker processes need in their environment; runs before the cluster starts."""
 
+    def preload(self, cfg: C) -> None:
+        """Import what :meth:`launch` will need (the worker classes' modules: torch, simulators).
+
+        :func:`run_app` calls it in a thread while the cluster starts, which is mostly waiting on Ray's own
+        processes, so the imports cost the driver no time of its own. An error here is ignored: :meth:`launch`
+        imports the same modules again and reports it.
+        """
+
     @abc.abstractmethod
     def launch(
         self, cfg: C, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
@@ -155,6 +165,11 @@ class App(abc.ABC, Generic[C]):
         self, cfg: C, cluster: Cluster, groups: Mapping[str, Any], *, on_step: OnStep | None = None
     ) -> AppRunner:
         """The runner of ``cfg`` over the groups :meth:`launch` started on ``cluster``."""
+
+
+def _preload(app: App[C], cfg: C) -> None:
+    with contextlib.suppress(Exception):  # launch() imports the same modules and raises with its context
+        app.preload(cfg)
 
 
 def resolve_checkpoint(checkpoint: str, log_path: str | Path) -> Path:
@@ -235,7 +250,12 @@ def run_app(
         resolve_resume_dir(cfg.runner.resume_dir, log_path)  # a bad explicit path fails before Ray starts
     app.prepare_process_env(cfg)
     own = cluster is None
-    cluster = Cluster(cfg.cluster) if cluster is None else cluster
+    preload = threading.Thread(target=_preload, args=(app, cfg), name="rlinf-preload", daemon=True)
+    preload.start()
+    try:
+        cluster = Cluster(cfg.cluster) if cluster is None else cluster
+    finally:
+        preload.join()
     groups: dict[str, Any] = {}
     try:
         groups = app.launch(cfg, cluster, worker_classes=worker_classes)

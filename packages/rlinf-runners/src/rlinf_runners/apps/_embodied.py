@@ -191,6 +191,12 @@ class EmbodiedApp(App[EmbodiedConfig]):
         """The simulators' process environment (e.g. ManiSkill's Vulkan driver), before the cluster starts."""
         prepare_process_env(cfg.env)
 
+    def preload(self, cfg: EmbodiedConfig) -> None:
+        """Import the env, actor and rollout worker classes (torch, the simulator's package)."""
+        actor = "offpolicy_actor" if cfg.algorithm.is_offpolicy else "actor"
+        for component in ("env", actor, "rollout"):
+            _worker_class(component)
+
     def launch(
         self, cfg: EmbodiedConfig, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
     ) -> dict[str, Any]:

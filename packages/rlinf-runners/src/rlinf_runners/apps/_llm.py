@@ -212,6 +212,12 @@ class LLMApp(App[L], abc.ABC):
     def rollout_group(self, cfg: L) -> tuple[type[Worker], tuple[Any, ...], dict[str, Any]]:
         """The rollout worker class and its ``create_group`` arguments."""
 
+    def preload(self, cfg: L) -> None:
+        """Import the actor worker class and the rollout engines' package (torch, transformers)."""
+        import rlinf_rollout.llm  # noqa: F401
+
+        actor_worker_class(cfg.actor)
+
     def launch(
         self, cfg: L, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
     ) -> dict[str, Any]:
