@@ -3,7 +3,9 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from rlinf_envs import VecEnv
@@ -39,6 +41,36 @@ def test_auto_reset_reports_episodes_and_final_obs() -> None:
     res3 = env.chunk_step(np.tile([[0, 1]], (2, 2)))
     assert res3.truncations[:, 2].all() and not res3.dones[:, 3].any()
     np.testing.assert_array_equal(res3.final_obs, res3.obs)
+
+
+class _Reach(gym.Env[np.ndarray, np.int64]):
+    """Ends after 2 steps; reports ``is_success`` (as gymnasium-robotics tasks do) when action 1 came last."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        done = self.t == 2
+        info = {"is_success": bool(action == 1)} if done else {}
+        return np.zeros(2, np.float32), 0.0, done, False, info
+
+
+def test_success_is_reported_only_by_envs_that_define_it() -> None:
+    if "RlinfTest/Reach-v0" not in gym.registry:
+        gym.register("RlinfTest/Reach-v0", entry_point=_Reach)
+    env = GymnasiumVecEnv("RlinfTest/Reach-v0", 2)
+    env.reset(seed=0)
+    assert env.chunk_step(np.array([[0, 1], [1, 0]])).episodes.successes == [True, False]
+    cartpole = GymnasiumVecEnv("CartPole-v1", 2, max_episode_steps=2)
+    cartpole.reset(seed=0)
+    res = cartpole.chunk_step(np.zeros((2, 2), dtype=np.int64))
+    assert res.episodes.lengths == [2, 2] and res.episodes.successes == []  # no notion of success
 
 
 def test_without_auto_reset_finished_envs_stay_done() -> None:

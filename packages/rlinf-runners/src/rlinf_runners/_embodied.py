@@ -47,6 +47,7 @@ def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> d
         out[f"{prefix}/return_max"] = max(returns)
         out[f"{prefix}/return_min"] = min(returns)
         out[f"{prefix}/episode_len_mean"] = sum(lengths) / len(lengths)
+    if successes:  # only envs that define success report it (not CartPole or Pendulum)
         out[f"{prefix}/success_rate"] = sum(successes) / len(successes)
     return out
 

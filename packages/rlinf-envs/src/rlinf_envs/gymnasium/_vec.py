@@ -185,7 +185,9 @@ class GymnasiumVecEnv:
                 if term or trunc:
                     stats.returns.append(float(self._ret[i]))
                     stats.lengths.append(int(self._len[i]))
-                    stats.successes.append(bool(info.get("success", info.get("is_success", False))))
+                    flag = info.get("success", info.get("is_success"))
+                    if flag is not None:  # an env without a notion of success (CartPole) reports none
+                        stats.successes.append(bool(flag))
                     self._ret[i], self._len[i] = 0.0, 0
                     final_obs[i] = obs
                     if self.auto_reset:
