@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,8 +121,15 @@ def test_raise_in_the_waited_call_reports_that_rank(cluster: Cluster) -> None:
     _assert_torn_down(cluster, "direct:0", "direct:1")
 
 
-@pytest.mark.parametrize("how", ["os_exit", "sigkill"])
-def test_process_death_ends_the_run(cluster: Cluster, how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("os_exit", r"called os\._exit\(3\) \(exit code 3\)"),
+        ("sigkill", r"SIGKILL \(kill -9"),
+        ("sigsegv", r"killed by SIGSEGV \(Segmentation fault\); its Python threads"),
+    ],
+)
+def test_process_death_ends_the_run_naming_the_cause(cluster: Cluster, how: str, cause: str) -> None:
     victim = Victim.create_group().launch(cluster, NodePlacementStrategy([0]), name="mortal")
     other = Victim.create_group().launch(cluster, NodePlacementStrategy([0]), name="other")
     (pid,) = victim.pid().wait(timeout=60)
@@ -130,13 +138,14 @@ def test_process_death_ends_the_run(cluster: Cluster, how: str) -> None:
     if how == "os_exit":
         victim.exit_process(3)
     else:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL if how == "sigkill" else signal.SIGSEGV)
     with pytest.raises(WorkerFailedError) as info:
         long_call.wait(timeout=60)
     assert time.monotonic() - start < FAILURE_BUDGET_S
     failure = info.value.failure
     assert (failure.group_name, failure.rank, failure.kind) == ("mortal", 0, "died")
     assert "worker mortal:0 died" in str(info.value)
+    assert re.search(cause, str(info.value)), str(info.value)
     _assert_torn_down(cluster, "other:0")
 
 

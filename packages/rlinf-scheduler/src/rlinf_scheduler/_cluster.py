@@ -9,9 +9,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -31,6 +33,7 @@ from ._config import (
     NodeGroupConfig,
     merge_path_env,
 )
+from ._deaths import explain_death, fault_file, oom_kill_count
 from ._errors import SchedulerTimeoutError, WorkerFailure
 from ._group import SHUTDOWN_GRACE_S, teardown_workers
 from ._monitor import FailureMonitor
@@ -211,6 +214,8 @@ class Cluster:
         self._closed = False
         self._monitor: FailureMonitor | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
+        self._fault_dir = tempfile.mkdtemp(prefix="rlinf-faults-")
+        self._oom_kills_at_start = oom_kill_count()
         self._owns_ray = self._connect(num_cpus)
         self._started_node = _started_local_node() if self._owns_ray else False
         if self._owns_ray:
@@ -219,6 +224,7 @@ class Cluster:
             self._nodes = self._discover_nodes()
         except BaseException:
             self._disconnect()
+            shutil.rmtree(self._fault_dir, ignore_errors=True)
             raise
         self._monitor = FailureMonitor(
             self, interrupt_main=interrupt_main_on_failure, grace_s=failure_grace_s
@@ -344,6 +350,20 @@ class Cluster:
     def config(self) -> ClusterConfig:
         """The effective configuration (with constructor overrides applied)."""
         return self._config
+
+    @property
+    def fault_dir(self) -> str:
+        """Directory (on the driver's node) where each worker records fatal signals (see ``_deaths``)."""
+        return self._fault_dir
+
+    def explain_death(self, group_name: str, rank: int, ray_message: str) -> str:
+        """How worker ``group_name:rank`` most likely died, from the records this node has."""
+        return explain_death(
+            ray_message,
+            fault_file(self._fault_dir, group_name, rank),
+            oom_kills_before=self._oom_kills_at_start,
+            oom_kills_now=oom_kill_count(),
+        )
 
     @property
     def namespace(self) -> str:
@@ -491,6 +511,7 @@ class Cluster:
             self._monitor.stop()
         teardown_workers([h for g in groups for h in g._mark_shut_down()], grace_s=SHUTDOWN_GRACE_S)
         self._disconnect()
+        shutil.rmtree(self._fault_dir, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         return self

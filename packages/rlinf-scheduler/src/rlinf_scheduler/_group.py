@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ._deaths import FAULT_DIR_ENV
 from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
 from ._placement import NodePlacementStrategy
 from ._worker import Worker, WorkerContext
@@ -292,6 +293,10 @@ class WorkerGroup:
                 "RLINF_ACCELERATOR_TYPE": placement.accelerator_type,
                 "RLINF_VISIBLE_ACCELERATORS": placement.visible_accelerators,
             }
+            fault_dir = getattr(cluster, "fault_dir", None)
+            if fault_dir is not None and node.node_id == ray.get_runtime_context().get_node_id():
+                # only where the driver can read it (see _deaths)
+                env[FAULT_DIR_ENV] = fault_dir
             # Variables that must exist when the process starts go through Ray's runtime env (which costs a
             # fresh process); everything else is set in-process before the user's __init__.
             start_env = dict(group_env)

@@ -13,6 +13,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import ray
 
 from ._errors import WorkerFailure
@@ -111,7 +112,11 @@ class FailureMonitor:
                 if entry is None:
                     continue
                 group, rank = entry
-                self.report(_resolve(ref, group.name, rank))
+                failure = _resolve(ref, group.name, rank)
+                if failure.kind == "died":
+                    cause = self._cluster.explain_death(group.name, rank, failure.details)
+                    failure = attrs.evolve(failure, details=f"{failure.details.rstrip()}\n{cause}")
+                self.report(failure)
 
     def _interrupt_if_undelivered(self) -> None:
         if self._delivered.is_set() or self._stop.is_set():

@@ -23,6 +23,7 @@ import attrs
 import ray
 
 from ._comm import CommMixin
+from ._deaths import FAULT_DIR_ENV, fault_file, record_fatal_signals
 from ._errors import SchedulerTimeoutError, WorkerFailure
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ class Worker(CommMixin):
         self.__dict__["_rlinf_failed"] = threading.Event()
         self.__dict__["_rlinf_failure"] = None
         _configure_worker_logging()
+        if env.get(FAULT_DIR_ENV):
+            record_fatal_signals(fault_file(env[FAULT_DIR_ENV], ctx.group_name, ctx.rank))
 
     def _rlinf_record_failure(self, method: str, exc: BaseException) -> None:
         ctx = self._rlinf_context
