@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rlinf_core.checkpoint import is_complete
+from rlinf_core.config import ConfigError
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
@@ -79,6 +81,13 @@ def test_resume_continues_at_the_next_step(app: EmbodiedApp, cluster: Any, tmp_p
     assert is_complete(tmp_path / "checkpoints" / "global_step_3")
     # The optimizer state came back: the rebuilt linear schedule continues from step 2 of 3, not from scratch.
     assert lrs[1] == pytest.approx(1e-3) and records[-1]["train/actor/lr"] == pytest.approx(1e-3 / 3)
+    # Each checkpoint holds its run's config; a resume with another model shape is refused before Ray starts.
+    meta = json.loads((tmp_path / "checkpoints" / "global_step_3" / "meta.json").read_text())
+    assert meta["config"]["actor"]["model"]["hidden_sizes"] == list(
+        _cfg(app, tmp_path).actor.model.hidden_sizes
+    )
+    with pytest.raises(ConfigError, match=r"actor\.model: the checkpoint .* was saved with"):
+        _cfg(app, tmp_path, "runner.resume_dir=auto", "actor.model.hidden_sizes=[7]")
     # Standalone evaluation of a checkpoint.
     metrics = run_app(app, _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto")
     assert metrics["eval/checkpoint_step"] == 3 and metrics["eval/num_episodes"] == 4

@@ -93,6 +93,29 @@ def test_a_missing_checkpoint_fails_before_ray_starts(
         apps.resolve_checkpoint("auto", app_dir / "run")
 
 
+def test_a_checkpoint_of_another_model_shape_is_refused_before_ray_starts(
+    app_dir: Path, no_ray: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlinf_core.checkpoint import CheckpointManager
+    from rlinf_core.config import unstructure_config
+
+    app = EmbodiedApp(app_dir)
+    log = app_dir / "run"
+    saved = unstructure_config(app.load_config(None, ["actor.model.hidden_sizes=[64,64]"]))
+    ckpt = CheckpointManager(log).save(4, {"runner.pkl": b""}, {"config": saved})
+    # the same shape resumes (the budget may change); auto finds the checkpoint too
+    assert app.load_config(None, ["runner.resume_dir=auto", "actor.model.hidden_sizes=[64,64]"])
+    for resume in (str(ckpt), "auto"):
+        argv = [f"runner.resume_dir={resume}", "actor.model.hidden_sizes=[32]"]
+        assert cli.main(app, argv) == 2
+        err = capsys.readouterr().err
+        assert "actor.model: the checkpoint" in err and "'hidden_sizes': [64, 64]" in err, err
+        assert "'hidden_sizes': [32]" in err
+    # evaluating it with another env is refused the same way
+    assert cli.main(app, [f"runner.resume_dir={ckpt}", "env.train.env_id=Acrobot-v1"], mode="eval") == 2
+    assert "env.train.env_id: the checkpoint" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("raised", "code", "message"),
     [

@@ -229,7 +229,9 @@ class Runner(abc.ABC):
                 time.sleep(1.0)
                 self.checkpoints.abort(staging)
             raise
-        return self.checkpoints.commit(self.global_step, staging, {"global_step": self.global_step})
+        # the run's config goes with it, so a resume with another model shape is refused before Ray starts
+        meta = {"global_step": self.global_step, "config": self.run_config}
+        return self.checkpoints.commit(self.global_step, staging, meta)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore the workers and the runner from a checkpoint directory (the next step is N + 1)."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, overload
 
 from rlinf_core.checkpoint import CheckpointError, resolve_resume_dir
-from rlinf_core.config import ConfigError, load_config
+from rlinf_core.config import ConfigError, load_config, unstructure_config
 from rlinf_scheduler import Cluster, ClusterConfig, Worker
 
 from .._base import RunResult
@@ -69,6 +70,9 @@ class App(abc.ABC, Generic[C]):
     """The components every placement must place."""
     curve_keys: ClassVar[tuple[str, ...]]
     """The metrics drawn as learning curves at the end of a training run."""
+    checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+    """Dotted config paths that fix the shapes of what a checkpoint holds: a resume or an evaluation of a
+    checkpoint saved with other values is refused before Ray starts (see :meth:`check_checkpoint`)."""
 
     def __init__(self, app_dir: str | Path | None = None) -> None:
         self.app_dir = Path.cwd() if app_dir is None else Path(app_dir).resolve()
@@ -90,10 +94,39 @@ class App(abc.ABC, Generic[C]):
         cfg = load_config(self.config_cls, path, overrides)
         self.check(cfg)
         try:  # an explicit checkpoint that is not there is a config error, found before Ray starts
-            resolve_resume_dir(cfg.runner.resume_dir, cfg.runner.logger.log_path)
+            resume = resolve_resume_dir(cfg.runner.resume_dir, cfg.runner.logger.log_path)
         except (ValueError, CheckpointError) as e:
             raise ConfigError([str(e)], "runner.resume_dir") from None
+        if resume is not None:
+            self.check_checkpoint(cfg, resume)
         return cfg
+
+    def check_checkpoint(self, cfg: C, checkpoint: Path) -> None:
+        """Refuse a checkpoint saved with other :attr:`checkpoint_keys` values than ``cfg`` has.
+
+        Checkpoints hold their run's config in ``meta.json``; one without it (older) is not checked.
+
+        Raises:
+            ConfigError: naming each differing key with the checkpoint's value and the config's.
+        """
+        try:
+            saved = json.loads((checkpoint / "meta.json").read_text()).get("config")
+        except (OSError, ValueError):
+            return
+        if not isinstance(saved, Mapping):
+            return
+        given = unstructure_config(cfg)
+        problems = []
+        for key in self.checkpoint_keys:
+            old, new = _lookup(saved, key), _lookup(given, key)
+            if old is not _MISSING and old != new:
+                problems.append(
+                    f"{key}: the checkpoint {checkpoint} was saved with {old!r}, this config has {new!r}; "
+                    "its weights do not fit (use the checkpoint's value, or start a new run in another "
+                    "runner.logger.log_path)"
+                )
+        if problems:
+            raise ConfigError(problems, "runner.resume_dir")
 
     def placed_components(self, cfg: C) -> set[str]:
         """The components ``cluster.component_placement`` names.
@@ -165,6 +198,19 @@ class App(abc.ABC, Generic[C]):
         self, cfg: C, cluster: Cluster, groups: Mapping[str, Any], *, on_step: OnStep | None = None
     ) -> AppRunner:
         """The runner of ``cfg`` over the groups :meth:`launch` started on ``cluster``."""
+
+
+_MISSING = object()
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    # JSON has no tuples: compare sequences as lists
+    return json.loads(json.dumps(node, default=str))
 
 
 def _preload(app: App[C], cfg: C) -> None:
@@ -246,6 +292,8 @@ def run_app(
         checkpoint = (
             "none" if evaluate_only.lower() == "none" else resolve_checkpoint(evaluate_only, log_path)
         )
+        if checkpoint != "none":
+            app.check_checkpoint(cfg, checkpoint)
     else:
         resolve_resume_dir(cfg.runner.resume_dir, log_path)  # a bad explicit path fails before Ray starts
     app.prepare_process_env(cfg)

@@ -104,6 +104,13 @@ class EmbodiedApp(App[EmbodiedConfig]):
     default_config = "cartpole_ppo"
     components = ("actor", "rollout", "env")
     curve_keys = ("eval/return_mean", "env/return_mean")
+    checkpoint_keys = (
+        "actor.model",
+        "algorithm.loss_type",
+        "env.train.env_type",
+        "env.train.env_id",
+        "env.train.control_mode",
+    )
 
     def world_sizes(self, cfg: EmbodiedConfig, cluster: Cluster | None = None) -> dict[str, int] | None:
         """Processes per component: from ``cluster``, or on paper for simulated slots (else ``None``).
