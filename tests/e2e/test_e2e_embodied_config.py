@@ -24,6 +24,8 @@ def test_every_issue_config_exists() -> None:
         "halfcheetah_ppo",
         "maniskill_pushcube_ppo",
         "maniskill_pickcube_ppo",
+        "cartpole_async_ppo",
+        "maniskill_pushcube_async_ppo",
     }
     assert expected <= set(CONFIGS)
 
