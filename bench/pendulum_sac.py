@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,29 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The same spawn helpers as the CartPole start-up bench (this directory is on sys.path when run as a script).
+from startup_cartpole import _seed_args, _user_env, _uv
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = -200.0
 EVAL_EVERY = 320
 EVAL_EPISODES = 4
 POLL_S = 0.02
-
-
-def _uv() -> str:
-    uv = shutil.which("uv")
-    if uv is None:
-        raise SystemExit("uv not found on PATH")
-    return uv
-
-
-def _user_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("VIRTUAL_ENV", "UV_RUN_RECURSION_DEPTH", "RAY_ENABLE_UV_RUN_RUNTIME_ENV"):
-        env.pop(key, None)
-    return env
-
-
-def _seed_args(seed: int) -> list[str]:
-    return [f"actor.seed={seed + 1}", f"env.train.seed={seed}", f"rollout.seed={seed}"]
 
 
 # ------------------------------------------------------------------------------------------------ RLinf
