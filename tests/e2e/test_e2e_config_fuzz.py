@@ -132,6 +132,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     (E, [*SAC, "actor.model.add_value_head=true"], ["add_value_head", "add_q_head"]),
     (E, [*SAC, "actor.model.num_q_heads=0"], ["actor.model.num_q_heads", ">= 1"]),
     (E, [*SAC, "env.train.auto_reset=false"], ["env.train.auto_reset must be true"]),
+    (E, [*SAC, "runner.mode=async"], ["runner.mode 'async'", "allowed: 'sync'"]),
     (
         E,
         [

@@ -36,6 +36,10 @@ def offpolicy_problems(cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | Non
             f"actor.model.add_q_head must be true for algorithm.loss_type {alg.loss_type!r} "
             "(the tanh-Gaussian policy and its Q heads; with add_value_head: false)"
         )
+    if cfg.runner.mode != "sync":
+        problems.append(
+            f"runner.mode {cfg.runner.mode!r}: off-policy training runs synchronously (allowed: 'sync')"
+        )
     if not cfg.env.train.auto_reset:
         problems.append(
             "env.train.auto_reset must be true for off-policy training (transitions span episodes)"
