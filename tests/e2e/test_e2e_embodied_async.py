@@ -134,3 +134,20 @@ def test_resume_with_a_positive_bound_continues_the_run(
     steps = [int(r["step"]) for r in read_metrics(resumed.metrics_file) if "train/actor/total_loss" in r]
     assert steps == [1, 2, 3, 4]
     assert all(r["staleness/max"] <= 2 for r in read_metrics(resumed.metrics_file) if "staleness/max" in r)
+
+
+def test_two_actor_ranks_and_two_pipeline_stages(app: EmbodiedApp, cluster: Any, tmp_path: Path) -> None:
+    """Hybrid placement, FSDP over 2 actor ranks: the proximal forward of stale samples stays collective."""
+    extra = [
+        *ASYNC,
+        "algorithm.staleness_threshold=1",
+        "cluster.component_placement={actor: 0-1, env: 2, rollout: 3}",
+        "rollout.pipeline_stage_num=2",
+        "runner.val_check_interval=2",
+        "runner.save_interval=2",
+    ]
+    result = run_app(app, _cfg(app, tmp_path, *extra), cluster=cluster)
+    assert result.global_step == 4 and is_complete(result.last_checkpoint)  # type: ignore[arg-type]
+    train = [r for r in read_metrics(result.metrics_file) if "train/actor/total_loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(r["staleness/max"] <= 1 and r["env/steps"] == 32 for r in train)
