@@ -127,6 +127,13 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
     evals = [r for r in records if "eval/accuracy" in r]
     assert [r["step"] for r in evals] == [0, 1, 2]
     assert all(0.0 <= r["eval/accuracy"] <= 1.0 and r["eval/num_samples"] == 4 for r in evals)
+    # each evaluation's samples as JSONL: the generated text with its reward and the reference answers
+    for step, rec in zip([0, 1, 2], evals, strict=True):
+        rows = [
+            json.loads(x) for x in (tmp_path / "samples" / f"eval_step{step}.jsonl").read_text().splitlines()
+        ]
+        assert len(rows) == 4 and all(isinstance(r["response"], str) and r["answers"] for r in rows)
+        assert sum(r["correct"] for r in rows) / 4 == pytest.approx(rec["eval/accuracy"])
     train = [r for r in records if "train/actor/policy_loss" in r]
     assert [r["step"] for r in train] == [1, 2]
     for r in train:

@@ -62,3 +62,38 @@ def test_plot_writes_png_per_key(tmp_path: Path) -> None:
         == 0
     )
     assert (tmp_path / "o" / "train_loss.png").is_file()
+
+
+def _tensorboard_texts(log_dir: Path) -> list[tuple[str, int, str]]:
+    """(tag, step, text) of every text summary in the event files under ``log_dir`` (read with tensorboardX's
+    own protobuf definitions: TFRecord framing = length u64, crc u32, payload, crc u32)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = []
+    for path in sorted(log_dir.rglob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = Event.FromString(data[pos + 12 : pos + 12 + n])
+            pos += 12 + n + 4
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "text":
+                    out.append((value.tag, event.step, value.tensor.string_val[0].decode()))
+    return out
+
+
+def test_samples_go_to_jsonl_and_tensorboard_text(tmp_path: Path) -> None:
+    rows = [{"prompt": f"q{i}", "response": "a | b\nc", "reward": float(i % 2)} for i in range(10)]
+    with MetricLogger(tmp_path, ["tensorboard"]) as logger:
+        path = logger.log_samples("eval", rows, step=4, shown=3)
+    assert path == tmp_path / "samples" / "eval_step4.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines == [{"step": 4, **r} for r in rows]
+    ((tag, step, text),) = _tensorboard_texts(tmp_path / "tensorboard")
+    assert tag.startswith("samples/eval") and step == 4
+    table = text.splitlines()
+    assert table[0] == "| prompt | response | reward |" and len(table) == 2 + 3  # header, rule, 3 shown
+    assert "a \\| b<br>c" in table[2]

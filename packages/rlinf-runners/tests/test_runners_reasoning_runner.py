@@ -212,6 +212,14 @@ def test_loop_order_eval_metrics_and_checkpoints(tmp_path: Path) -> None:
     assert all(r["rollout/accuracy"] == pytest.approx(0.5) for r in train)
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if is_complete(p))
     assert ckpts == ["global_step_2", "global_step_3"]
+    # every evaluation's samples, one JSON line each: prompt, response, reward, correct, reference answers
+    files = sorted(p.name for p in (tmp_path / "samples").iterdir())
+    assert files == ["eval_step0.jsonl", "eval_step2.jsonl", "eval_step3.jsonl"]
+    rows = [json.loads(line) for line in (tmp_path / "samples" / "eval_step2.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all(r["step"] == 2 for r in rows)
+    assert {"prompt", "response", "reward", "correct", "answers", "finish_reason"} <= set(rows[0])
+    assert sum(r["correct"] for r in rows) / 5 == pytest.approx(evals[1]["eval/accuracy"])
+    assert all(r["reward"] == (1.0 if r["correct"] else 0.0) for r in rows), rows
 
 
 def test_grpo_batch_layout_and_advantages(tmp_path: Path) -> None:

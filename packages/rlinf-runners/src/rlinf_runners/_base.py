@@ -25,7 +25,7 @@ from rlinf_core.checkpoint import (
     resolve_resume_dir,
     restore_rng_state,
 )
-from rlinf_core.metrics import MetricLogger
+from rlinf_core.metrics import MetricLogger, write_samples
 from rlinf_scheduler import RoleCall
 from tqdm.auto import tqdm
 
@@ -124,6 +124,7 @@ class Runner(abc.ABC):
         self._last_eval_step = -1
         self._eval_time_s = 0.0
         self._train_start = time.perf_counter()
+        self._samples: list[tuple[str, list[dict[str, Any]]]] = []
 
     # ---------------------------------------------------------------------------------------------- hooks
     @abc.abstractmethod
@@ -278,6 +279,8 @@ class Runner(abc.ABC):
         self.sync_weights()
         metrics = self.evaluate()
         metrics["eval/checkpoint_step"] = float(self.global_step)
+        for name, rows in self._take_samples():
+            write_samples(self.log_path, name, rows, self.global_step)
         return metrics
 
     # ------------------------------------------------------------------------------------------- the loop
@@ -357,3 +360,22 @@ class Runner(abc.ABC):
         if evaluation:
             evaluation["time/train_wall_s"] = self._train_wall_s()
         self.log(logger, evaluation, bar)
+        self.flush_samples(logger)
+
+    def add_samples(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Keep an evaluation's samples (one dict each: prompt, response, reward, ...) for the run's logs.
+
+        They are written to ``<log_path>/samples/<name>_step<N>.jsonl`` and shown in TensorBoard after the
+        evaluation is logged (:meth:`rlinf_core.metrics.MetricLogger.log_samples`); a standalone evaluation
+        of a checkpoint writes the JSONL file only.
+        """
+        self._samples.append((name, [dict(r) for r in rows]))
+
+    def flush_samples(self, logger: MetricLogger) -> None:
+        """Log the samples kept since the last call at the current step (see :meth:`add_samples`)."""
+        for name, rows in self._take_samples():
+            logger.log_samples(name, rows, self.global_step)
+
+    def _take_samples(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        samples, self._samples = self._samples, []
+        return samples

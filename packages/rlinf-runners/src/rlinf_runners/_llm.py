@@ -243,6 +243,7 @@ class LLMRunner(Runner, Generic[RolloutT]):
         if self.sft.eval_before and self.eval_data:
             self.sync_weights()
             self.log(logger, self.evaluate("eval_pre_sft"), None)
+            self.flush_samples(logger)
         bar = (
             tqdm(total=self.sft.steps, desc="sft", unit="step", dynamic_ncols=True)
             if self.cfg.progress_bar

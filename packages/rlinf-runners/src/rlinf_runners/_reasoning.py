@@ -135,6 +135,20 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score([o["text"] for o in outputs], [e.answers for e in self.eval_data])
         lengths = [len(o["token_ids"]) for o in outputs]
+        self.add_samples(
+            prefix,
+            [
+                {
+                    "prompt": e.messages[-1]["content"] if e.messages else "",
+                    "response": o["text"],
+                    "reward": r,
+                    "correct": bool(c),
+                    "answers": list(e.answers),
+                    "finish_reason": o.get("finish_reason"),
+                }
+                for e, o, r, c in zip(self.eval_data, outputs, rewards, correct, strict=True)
+            ],
+        )
         metrics = {
             f"{prefix}/accuracy": mean([float(c) for c in correct]),
             f"{prefix}/reward_mean": mean(rewards),

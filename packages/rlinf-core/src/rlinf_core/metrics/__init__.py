@@ -1,6 +1,23 @@
 """Metric logging (metrics.jsonl, TensorBoard, W&B, SwanLab) and learning-curve plots."""
 
-from ._logger import BACKENDS, MetricLogger, read_metrics, seconds_since_process_start
+from ._logger import (
+    BACKENDS,
+    SAMPLES_SHOWN,
+    MetricLogger,
+    read_metrics,
+    samples_markdown,
+    seconds_since_process_start,
+    write_samples,
+)
 from ._plot import plot_run
 
-__all__ = ["BACKENDS", "MetricLogger", "plot_run", "read_metrics", "seconds_since_process_start"]
+__all__ = [
+    "BACKENDS",
+    "SAMPLES_SHOWN",
+    "MetricLogger",
+    "plot_run",
+    "read_metrics",
+    "samples_markdown",
+    "seconds_since_process_start",
+    "write_samples",
+]

@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["BACKENDS", "MetricLogger", "read_metrics"]
+from rlinf_core.checkpoint import atomic_write_bytes
+
+__all__ = ["BACKENDS", "SAMPLES_SHOWN", "MetricLogger", "read_metrics", "samples_markdown", "write_samples"]
 
 BACKENDS = ("tensorboard", "wandb", "swanlab")
 """Backends a run can add to the always-on ``metrics.jsonl`` (config ``runner.logger.logger_backends``)."""
@@ -71,6 +73,10 @@ class _TensorBoardBackend:
             self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
+    def log_text(self, key: str, text: str, step: int) -> None:
+        self._writer.add_text(key, text, global_step=step)
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
@@ -127,6 +133,10 @@ def _scalar(value: Any) -> float | None:
     return None
 
 
+SAMPLES_SHOWN = 8
+"""Samples shown in TensorBoard per evaluation (the JSONL file has them all)."""
+
+
 class MetricLogger:
     """Logs scalar metrics per step to ``<log_path>/metrics.jsonl`` and the configured backends.
 
@@ -180,6 +190,25 @@ class MetricLogger:
             backend.log(record, step)
         return record
 
+    def log_samples(
+        self, name: str, rows: Sequence[Mapping[str, Any]], step: int, *, shown: int = SAMPLES_SHOWN
+    ) -> Path:
+        """Write ``rows`` (one dict per sample, e.g. prompt, response, reward) to a JSONL file; show a few.
+
+        The file is ``<log_path>/samples/<name>_step<step>.jsonl`` (see :func:`write_samples`); TensorBoard
+        gets the first ``shown`` rows as a table under the text tab (tag ``samples/<name>``).
+
+        Returns:
+            The path of the JSONL file.
+        """
+        path = write_samples(self.log_path, name, rows, step)
+        table = samples_markdown(rows[:shown])
+        for backend in self._backends:
+            log_text = getattr(backend, "log_text", None)
+            if log_text is not None and table:
+                log_text(f"samples/{name}", table, step)
+        return path
+
     def close(self) -> None:
         """Flush and close every backend."""
         for backend in self._backends:
@@ -191,6 +220,35 @@ class MetricLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_samples(log_path: str | Path, name: str, rows: Sequence[Mapping[str, Any]], step: int) -> Path:
+    """Write ``rows`` to ``<log_path>/samples/<name>_step<step>.jsonl``, one JSON object per line (atomically).
+
+    Returns:
+        The path written.
+    """
+    out = Path(log_path) / "samples" / f"{name}_step{step}.jsonl"
+    text = "".join(json.dumps({"step": step, **row}, default=str, ensure_ascii=False) + "\n" for row in rows)
+    atomic_write_bytes(out, text.encode("utf-8"))
+    return out
+
+
+def samples_markdown(rows: Sequence[Mapping[str, Any]], *, max_chars: int = 600) -> str:
+    """A markdown table of ``rows`` (columns: the union of their keys, in first-seen order; long cells cut)."""
+    if not rows:
+        return ""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+
+    def cell(value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if len(text) > max_chars:
+            text = text[:max_chars] + " ..."
+        return text.replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:
