@@ -25,7 +25,7 @@ class LoggerConfig:
     """Where and how metrics are written (config ``runner.logger``)."""
 
     log_path: str = "runs/embodied"
-    """Run directory: ``metrics.jsonl``, ``checkpoints/``, ``tensorboard/``, ``plots/``."""
+    """Run directory: ``metrics.jsonl``, ``checkpoints/``, ``tensorboard/``, ``plots/``, ``samples/``."""
     logger_backends: tuple[str, ...] = attrs.field(default=("tensorboard",), validator=_backends)
     """Backends besides the always-written ``metrics.jsonl``: tensorboard, wandb, swanlab."""
     project_name: str = "rlinf"
