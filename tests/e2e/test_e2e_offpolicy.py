@@ -112,6 +112,7 @@ def _torch_rng(checkpoint: Path) -> bytes:
     return bytes(state["torch"].numpy().tobytes())
 
 
+@pytest.mark.filterwarnings("error:resuming")  # no learning-rate schedule: no warning about a new budget
 def test_half_run_plus_resume_is_bit_identical_to_a_straight_run(
     app: EmbodiedApp, cluster: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rlinf_core.protocols import EmbodiedRollout, EnvRole, OffPolicyActor
@@ -80,6 +81,10 @@ class OffPolicyRunner(EnvRunner[OffPolicyActor]):
             channel=channel,
         )
         self.random_warmup_steps = random_warmup_steps
+
+    def _check_budget(self, path: Path, saved: int | None) -> None:
+        """Nothing to say: the off-policy actor has no learning-rate schedule, another budget just trains longer."""
+        del path, saved
 
     def train_step(self) -> dict[str, float]:
         """Collect (random actions during the warm-up) into the replay buffer, then the actor's gradient steps."""
