@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import torch
-from rlinf_core.config import AlgorithmConfig, EntropyTuningConfig, ReplayBufferConfig
+from rlinf_core.config import AlgorithmConfig, DemoBufferConfig, EntropyTuningConfig, ReplayBufferConfig
 from rlinf_core.protocols import EnvSpec
 from rlinf_models import EmbodiedActorConfig, OptimConfig
 from rlinf_models.offpolicy import SACTrainer
@@ -182,3 +183,24 @@ def test_state_round_trip_continues_exactly() -> None:
         assert x is not None and y is not None
         assert all(torch.equal(v, y.state_dict()[k]) for k, v in x.state_dict().items())
     assert torch.equal(a.alpha_param, b.alpha_param)
+
+
+def test_demo_buffer_gives_half_of_each_batch(tmp_path: Path) -> None:
+    demo_src = _trainer(_alg())
+    _fill(demo_src, 12, seed=5)
+    demo_src.buffer.save(tmp_path / "demo.pt")
+    alg = _alg(demo_buffer=DemoBufferConfig(load_path=str(tmp_path / "demo.pt"), min_buffer_size=12))
+    tr = _trainer(alg)
+    assert tr.demo_buffer is not None and len(tr.demo_buffer) == 12
+    assert tr.update(2)["sac/num_updates"] == 0.0  # the online buffer is still empty
+    _fill(tr, 16)
+    batch = tr.sampler.sample(8)
+    demo_obs = demo_src.buffer.contents()["obs"]
+    from_demo = [any(torch.equal(row, d) for d in demo_obs) for row in batch["obs"]]
+    assert from_demo == [False] * 4 + [True] * 4
+    assert tr.update(2)["sac/num_updates"] == 2.0
+    state = copy.deepcopy(tr.counters())
+    tr2 = _trainer(alg)
+    tr2.load_counters(state)
+    assert tr2.demo_buffer is not None
+    assert torch.equal(tr2.demo_buffer.sample(5)["obs"], tr.demo_buffer.sample(5)["obs"])
