@@ -204,3 +204,22 @@ def test_demo_buffer_gives_half_of_each_batch(tmp_path: Path) -> None:
     tr2.load_counters(state)
     assert tr2.demo_buffer is not None
     assert torch.equal(tr2.demo_buffer.sample(5)["obs"], tr.demo_buffer.sample(5)["obs"])
+
+
+def test_cnn_encoder_for_image_observations() -> None:
+    spec = EnvSpec((36, 36, 3), "continuous", 2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+    model = PolicyConfig(model_type="cnn", hidden_sizes=(16,), add_value_head=False, add_q_head=True)
+    actor = attrs.evolve(ACTOR, model=model)
+    tr = SACTrainer(SquashedGaussianPolicy(spec, model), spec, actor, _alg())
+    n = 10
+    tr.add_trajectory(
+        {
+            "obs": torch.randint(0, 255, (n, 1, 36, 36, 3), dtype=torch.uint8),
+            "next_obs": torch.randint(0, 255, (n, 1, 36, 36, 3), dtype=torch.uint8),
+            "actions": torch.rand(n, 1, 1, 2) * 2 - 1,
+            "rewards": torch.randn(n, 1, 1),
+            "terminations": torch.zeros(n, 1, 1, dtype=torch.bool),
+        }
+    )
+    assert tr.buffer.sample(3)["obs"].dtype == torch.uint8  # images stay uint8 in the buffer
+    assert tr.update(2)["sac/num_updates"] == 2.0
