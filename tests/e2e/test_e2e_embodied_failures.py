@@ -28,12 +28,26 @@ def test_killed_worker_ends_the_async_run(app: EmbodiedApp, tmp_path: Path, targ
     _kill_at_step_2(app, tmp_path, target, "runner.mode=async", "algorithm.loss_type=decoupled_actor_critic")
 
 
-def _kill_at_step_2(app: EmbodiedApp, tmp_path: Path, target: str, *extra: str) -> None:
+@pytest.mark.parametrize("target", ["actor", pytest.param("env", marks=pytest.mark.slow)])
+def test_killed_worker_ends_the_offpolicy_run(app: EmbodiedApp, tmp_path: Path, target: str) -> None:
+    """pendulum_sac: the actor holds the replay buffer; its death must end the run like any other."""
+    _kill_at_step_2(
+        app,
+        tmp_path,
+        target,
+        "algorithm.replay_buffer.min_buffer_size=16",
+        config="pendulum_sac",
+    )
+
+
+def _kill_at_step_2(
+    app: EmbodiedApp, tmp_path: Path, target: str, *extra: str, config: str = "cartpole_ppo"
+) -> None:
     import ray
     from rlinf_scheduler import Cluster, WorkerFailedError
 
     cfg = app.load_config(
-        APP_DIR / "config" / "cartpole_ppo.yaml",
+        APP_DIR / "config" / f"{config}.yaml",
         [
             *SMALL,
             "runner.max_epochs=50",
