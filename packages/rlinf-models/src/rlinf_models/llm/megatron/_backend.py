@@ -165,6 +165,33 @@ def _check_batch(batch: Mapping[str, Any], required: tuple[str, ...]) -> dict[st
     return check_batch(batch, required, float_keys=_FLOAT_KEYS)
 
 
+def _move_optimizer_tensors(optimizer: Any, keep: set[int]) -> list[tuple[Any, str | None]]:
+    """Move a megatron optimizer's CUDA tensors to the host, except those whose storage is in ``keep``.
+
+    Covers the parameters of each inner ``torch.optim`` optimizer (fp32 main copies; views into a DDP buffer
+    are in ``keep``) and every CUDA tensor of their state. Returns what was moved, as ``(tensor, None)`` for a
+    parameter (moved through ``.data``, so the optimizer keeps its key) and ``(state dict, key)`` for a state
+    entry, so that the reverse move restores exactly these and nothing that lived on the host before (Adam's
+    ``step`` counters).
+    """
+    moved: list[tuple[Any, str | None]] = []
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(opt, "optimizer", None)
+        if inner is None or getattr(opt, "is_stub_optimizer", False):
+            continue
+        for group in inner.param_groups:
+            for p in group["params"]:
+                if p.is_cuda and p.untyped_storage().data_ptr() not in keep:
+                    p.data = p.data.cpu()
+                    moved.append((p, None))
+        for state in inner.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and value.is_cuda:
+                    state[key] = value.cpu()
+                    moved.append((state, key))
+    return moved
+
+
 class MegatronActorBackend:
     """A causal LM from an HF checkpoint trained with megatron-core (TP / PP / DP, distributed optimizer).
 
@@ -267,6 +294,7 @@ class MegatronActorBackend:
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.version = self.train_steps = self.sft_steps = self.optimizer_steps = 0
         self._offloaded = False
+        self._moved_optimizer_tensors: list[tuple[Any, str | None]] = []
         if cfg.enable_offload:
             self.offload()
 
@@ -700,9 +728,16 @@ class MegatronActorBackend:
     # ----------------------------------------------------------------------------------- checkpoints
     def _sharded_state(self, *, loading: bool) -> dict[str, Any]:
         model_sd = self._gpt(self.model).sharded_state_dict()
+        # Name the distributed optimizer's layout: megatron-core's default ("fully_sharded_model_space") is
+        # deprecated and refused by its own dist_checkpointing in 0.16 ("ShardedTensor.flattened_range is not
+        # supported", seen on an H100).
+        metadata = {
+            "distrib_optim_sharding_type": self.megatron.optimizer_checkpoint_format,
+            "chained_optim_avoid_prefix": True,
+        }
         return {
             "model": model_sd,
-            "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=loading),
+            "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=loading, metadata=metadata),
         }
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
@@ -713,7 +748,7 @@ class MegatronActorBackend:
         """
         self.onload()
         root = Path(path) / "actor"
-        root.mkdir(parents=True, exist_ok=True)
+        (root / "megatron").mkdir(parents=True, exist_ok=True)  # dist_checkpointing.save needs it to exist
         dist_checkpointing.save(self._sharded_state(loading=False), str(root / "megatron"))
         if dist.get_rank() == 0:
             trainer = {
@@ -744,7 +779,8 @@ class MegatronActorBackend:
         self.onload()
         loaded = dist_checkpointing.load(self._sharded_state(loading=True), str(root / "megatron"))
         self._gpt(self.model).load_state_dict(loaded["model"])
-        self.optimizer.load_state_dict(loaded["optimizer"])
+        with torch.no_grad():  # fp32 weights: the optimizer's parameters are views of leaves that need grad
+            self.optimizer.load_state_dict(loaded["optimizer"])
         trainer = torch.load(root / "trainer.pt", map_location="cpu", weights_only=True)
         self.version, self.train_steps = int(trainer["version"]), int(trainer["train_steps"])
         self.sft_steps, self.optimizer_steps = int(trainer["sft_steps"]), int(trainer["optimizer_steps"])
@@ -763,18 +799,31 @@ class MegatronActorBackend:
         """Free GPU memory between phases (collocated runs).
 
         Parameter and gradient buffers go to pinned host memory (megatron's ``_ParamAndGradBuffer.offload_to_cpu``),
-        optimizer state to the host (``MegatronOptimizer.offload_to_cpu``), and so do parameters outside the
-        buffers and the reference model.
+        the optimizer's own tensors (its state, and fp32 main parameters that are copies) to the host, and so do
+        parameters outside the buffers and the reference model.
+
+        Not ``MegatronOptimizer.offload_to_cpu``: it moves every optimizer parameter with ``p.data = p.data.cpu()``,
+        and with fp32 weights the distributed optimizer's parameters are views into the DDP parameter buffer.
+        After the buffer is freed that copy fails (``CUDA error: invalid argument``, seen on an H100 with
+        megatron-core 0.16.1); done before it, the views would come back as separate tensors and optimizer steps
+        would no longer reach the model. Views into the buffers stay where they are: the buffer carries them.
         """
         if self._offloaded:
             return
         torch.cuda.synchronize()
-        for buffer in self.model.buffers + self.model.expert_parallel_buffers:
+        buffers = self.model.buffers + self.model.expert_parallel_buffers
+        in_buffers = {
+            t.untyped_storage().data_ptr()
+            for b in buffers
+            for t in (b.param_data, b.grad_data)
+            if t is not None and t.untyped_storage().size() > 0
+        }
+        self._moved_optimizer_tensors = _move_optimizer_tensors(self.optimizer, in_buffers)
+        for buffer in buffers:
             buffer.offload_to_cpu(move_params=True, move_grads=True)
         for p in self.model.parameters():  # parameters that do not live in a DDP buffer
             if p.is_cuda and p.untyped_storage().size() > 0:
                 p.data = p.data.cpu()
-        self.optimizer.offload_to_cpu()
         if self.ref_model is not None:
             self.ref_model.cpu()
         torch.cuda.empty_cache()
@@ -789,7 +838,12 @@ class MegatronActorBackend:
         for p in self.model.parameters():
             if not p.is_cuda:
                 p.data = p.data.to(self.device)
-        self.optimizer.restore_from_cpu()
+        for holder, key in self._moved_optimizer_tensors:
+            if key is None:
+                holder.data = holder.data.to(self.device)
+            else:
+                holder[key] = holder[key].to(self.device)
+        self._moved_optimizer_tensors = []
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         torch.cuda.synchronize()

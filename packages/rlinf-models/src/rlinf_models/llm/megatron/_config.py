@@ -42,6 +42,14 @@ class MegatronConfig:
     """Timeout of the NCCL process groups Megatron creates."""
     nccl_backend: Literal["nccl", "gloo"] = attrs.field(default="nccl", validator=v.in_(("nccl", "gloo")))
     """Backend of ``torch.distributed`` when the backend initialises it (``nccl`` on GPUs)."""
+    optimizer_checkpoint_format: Literal["dp_reshardable", "fully_reshardable"] = attrs.field(
+        default="dp_reshardable", validator=v.in_(("dp_reshardable", "fully_reshardable"))
+    )
+    """Layout of the distributed optimizer's state in checkpoints (megatron-core's
+    ``distrib_optim_sharding_type``). ``dp_reshardable``: each rank writes its own buffers, fast, and a checkpoint
+    loads at the same TP / PP with any DP size. ``fully_reshardable``: the state is gathered into one canonical
+    tensor per parameter, so a checkpoint loads at any TP / PP / DP; megatron-core 0.16.1 cannot load it back
+    when the optimizer is torch's Adam (no apex / Transformer Engine installed; ``KeyError: 'step'``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.sequence_parallel and self.tensor_parallel_size == 1:
