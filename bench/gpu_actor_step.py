@@ -7,8 +7,8 @@ bf16 weights, AdamW, grad-norm clipping at 1.0, and train on the same batch of r
 
 - ``backend.run_sft``: one SFT optimizer step through :class:`rlinf_models.llm.FSDPActorBackend` (micro-batches,
   masked token-mean NLL, clip, step, the bookkeeping it does for the runner);
-- ``backend.run_training``: one GRPO-style step (``loss_type: actor``, on-policy so old log-probs are the
-  detached current ones, as the runner's one-step case);
+- ``backend.run_training``: one GRPO-style step (``loss_type: actor``, ``update_epoch: 1`` as the reasoning
+  configs, so the update is one optimizer step and the old log-probs are the detached current ones);
 - baseline: the plain loop a user would write: forward, ``log_softmax`` + gather, masked token-mean NLL,
   backward, ``clip_grad_norm_``, ``AdamW.step``.
 
@@ -69,7 +69,9 @@ def main() -> None:
         micro_batch_size=b,
         seed=0,
     )
-    backend = FSDPActorBackend(cfg, AlgorithmConfig(loss_type="actor", adv_type="grpo", kl_beta=0.0))
+    # One pass over the batch, as the reasoning app's GRPO configs (AlgorithmConfig's default is 4 epochs).
+    algorithm = AlgorithmConfig(loss_type="actor", adv_type="grpo", kl_beta=0.0, update_epoch=1)
+    backend = FSDPActorBackend(cfg, algorithm)
     g = torch.Generator().manual_seed(0)
     vocab = backend.policy.model.config.vocab_size
     batch = {
