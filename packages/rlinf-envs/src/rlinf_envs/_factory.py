@@ -38,7 +38,8 @@ def _registered_ids(env_type: str) -> set[str] | str:
 def env_config_problems(cfg: EnvConfig) -> list[str]:
     """What is wrong with the simulator names of ``cfg`` (checked before any worker starts).
 
-    Each ``env_type`` must be installed and each ``env_id`` registered by it. A gymnasium id written
+    Each ``env_type`` must be installed and each ``env_id`` registered by it; a ManiSkill ``control_mode`` must be
+    one of the task robot's controllers. A gymnasium id written
     ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
     module only.
 
@@ -58,7 +59,23 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
             problems.append(f"{where}.env_type: {known}")
         elif env_id not in known:
             problems.append(_unknown_id(where, env_id, known, split.env_type))
+        elif split.env_type == "maniskill" and split.control_mode is not None:
+            problems += _control_mode_problems(where, split)
     return problems
+
+
+def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
+    # Imported only for ManiSkill configs (mani_skill is already loaded by the id check above).
+    from .maniskill import supported_control_modes
+
+    robot = split.env_kwargs.get("robot_uids")
+    modes = supported_control_modes(split.env_id, robot if isinstance(robot, str) else None)
+    if modes is None or split.control_mode in modes:
+        return []
+    return [
+        f"{where}.control_mode: {split.control_mode!r} is not a controller of {split.env_id}'s robot; "
+        f"allowed: {', '.join(modes)}"
+    ]
 
 
 def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:

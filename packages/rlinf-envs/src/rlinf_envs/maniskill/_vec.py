@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import inspect
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal, cast
@@ -14,6 +15,7 @@ try:
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401  (registers the ManiSkill tasks with gymnasium)
     import torch
+    from mani_skill.agents.registration import REGISTERED_AGENTS
     from mani_skill.envs.utils.randomization.batched_rng import BatchedRNG
     from mani_skill.utils import assets as ms_assets
     from mani_skill.utils.registration import REGISTERED_ENVS
@@ -24,7 +26,14 @@ from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
 
 from ._vulkan import ensure_vulkan
 
-__all__ = ["CPU_SIM_BACKENDS", "GPU_SIM_BACKENDS", "REWARD_MODES", "VECTOR_MODES", "ManiSkillVecEnv"]
+__all__ = [
+    "CPU_SIM_BACKENDS",
+    "GPU_SIM_BACKENDS",
+    "REWARD_MODES",
+    "VECTOR_MODES",
+    "ManiSkillVecEnv",
+    "supported_control_modes",
+]
 
 #: ``sim_backend`` values that run one CPU (PhysX) simulation per environment.
 CPU_SIM_BACKENDS = ("physx_cpu", "cpu")
@@ -211,6 +220,13 @@ class _CpuSim:
             success,
         )
 
+    def task_envs(self) -> list[Any]:
+        if not isinstance(self._vec, gym.vector.SyncVectorEnv):
+            raise RuntimeError(
+                "the task envs live in worker processes with vector_mode='async'; use vector_mode='sync'"
+            )
+        return [env.unwrapped for env in self._vec.envs]
+
     def get_state(self) -> list[dict[str, Any]]:
         return list(self._vec.get_attr("rlinf_state"))
 
@@ -272,6 +288,11 @@ class _GpuSim:
         trunc_np = _to_numpy(trunc).astype(bool).reshape(self._n)
         return _to_numpy(obs).astype(np.float32, copy=False), _to_numpy(rew), term_np, trunc_np, success
 
+    def task_envs(self) -> list[Any]:
+        raise RuntimeError(
+            "the GPU sim holds all envs in one batched scene; task_envs() needs sim_backend='physx_cpu'"
+        )
+
     def get_state(self) -> list[dict[str, Any]]:
         return [_base_state(self._base)]
 
@@ -301,6 +322,37 @@ def _check_env_id(env_id: str) -> None:
             f"{' ...' if len(missing) > 5 else ''}; fetch them with `python -m mani_skill.utils.download_asset "
             f"{env_id}` where the asset hosts are reachable, or pick a procedural task such as PushCube-v1 or PickCube-v1"
         )
+
+
+def supported_control_modes(env_id: str, robot_uids: str | None = None) -> tuple[str, ...] | None:
+    """The control modes of a registered task's robot, read without building the env (no simulator, no Vulkan).
+
+    Args:
+        env_id: a registered ManiSkill task id.
+        robot_uids: the robot (``env_kwargs["robot_uids"]``); ``None``: the task's default robot.
+
+    Returns:
+        The mode names, sorted; ``None`` when they cannot be read this way (an unknown task, a multi-robot task,
+        or a robot whose controller table needs a built instance): the env's constructor checks them then.
+    """
+    spec = REGISTERED_ENVS.get(env_id)
+    if spec is None:
+        return None
+    if robot_uids is None:
+        param = inspect.signature(spec.cls.__init__).parameters.get("robot_uids")
+        robot_uids = spec.default_kwargs.get("robot_uids", None if param is None else param.default)
+    if not isinstance(robot_uids, str) or robot_uids not in REGISTERED_AGENTS:
+        return None
+    agent_cls = REGISTERED_AGENTS[robot_uids].agent_cls
+    table = getattr(agent_cls, "_controller_configs", None)
+    if not isinstance(table, property) or table.fget is None:
+        return None
+    try:
+        # The table reads only class attributes (joint names, gains) for ManiSkill's single-arm robots.
+        configs = table.fget(object.__new__(agent_cls))
+    except Exception:  # a robot whose table needs a built instance: leave the check to the constructor
+        return None
+    return tuple(sorted(configs))
 
 
 class ManiSkillVecEnv:
@@ -484,7 +536,8 @@ class ManiSkillVecEnv:
         """Execute a chunk of actions ``[N, C, action_dim]`` (clipped to the action box).
 
         All envs advance together one step at a time; an env whose episode ends mid-chunk is reset at once
-        (``auto_reset``) and continues the chunk in its new episode.
+        (``auto_reset``) and continues the chunk in its new episode. ``episodes`` lists the episodes that ended,
+        by step of the chunk and, within a step, by env index.
         """
         self._check_open()
         if not self._was_reset:
@@ -530,6 +583,18 @@ class ManiSkillVecEnv:
         last_done = terms[:, -1] | truncs[:, -1]
         final_obs[~last_done] = self._obs[~last_done]
         return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+
+    def task_envs(self) -> list[Any]:
+        """The ManiSkill task env of each env (its ``unwrapped`` ``BaseEnv``: cube, goal, robot), for scripted experts.
+
+        Read them between :meth:`chunk_step` calls; stepping or resetting them directly desynchronises this
+        wrapper's bookkeeping.
+
+        Raises:
+            RuntimeError: on the GPU sim (one batched scene) or with ``vector_mode="async"`` (other processes).
+        """
+        self._check_open()
+        return self._sim.task_envs()
 
     def get_state(self) -> dict[str, Any]:
         """Simulator, controller, step counters and RNGs of every env plus the episode bookkeeping, picklable.
