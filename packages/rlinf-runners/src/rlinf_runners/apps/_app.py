@@ -85,6 +85,17 @@ class App(abc.ABC, Generic[C]):
         """The directory of the app's YAML configs (``<app_dir>/config``)."""
         return self.app_dir / "config"
 
+    def resolve_data_path(self, path: str) -> Path:
+        """A data path as given (absolute, or relative to the working directory) when it exists there.
+
+        Otherwise relative to the app directory, where the shipped configs' ``data/...`` paths point.
+        """
+        p = Path(path).expanduser()
+        if p.is_absolute() or p.exists():
+            return p
+        in_app = self.app_dir / p
+        return in_app if in_app.exists() else p
+
     def load_config(self, path: str | Path | None, overrides: Sequence[str] = ()) -> C:
         """Load a YAML file plus overrides into a checked root config (no Ray started).
 

@@ -157,7 +157,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 f"({cfg.env.train.group_size}): advantages are normalised over the env groups"
             )
         if cfg.algorithm.is_offpolicy or cfg.actor.model.add_q_head:
-            problems += offpolicy_problems(cfg, ws) + _env_split_problems(cfg, ws)
+            problems += offpolicy_problems(cfg, ws, resolve_path=self.resolve_data_path)
+            problems += _env_split_problems(cfg, ws)
             if problems:
                 raise ConfigError(problems, "the embodied config")
             return
@@ -245,7 +246,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
             (classes.get("actor") or _worker_class("offpolicy_actor" if offpolicy else "actor"))
             .create_group(
                 cfg.actor,
-                cfg.algorithm,
+                self._actor_algorithm(cfg),
                 spec,
                 **({} if offpolicy else {"total_steps": cfg.runner.total_steps}),
             )
@@ -273,6 +274,14 @@ class EmbodiedApp(App[EmbodiedConfig]):
         actor.wait_ready(timeout=timeout_s)
         rollout.wait_ready(timeout=timeout_s)
         return {"actor": actor, "rollout": rollout, "env": env}
+
+    def _actor_algorithm(self, cfg: EmbodiedConfig) -> AlgorithmConfig:
+        """``cfg.algorithm`` with the demo buffer's path resolved like the data paths (absolute, for the actor)."""
+        demo = cfg.algorithm.demo_buffer
+        if demo is None:
+            return cfg.algorithm
+        path = str(self.resolve_data_path(demo.load_path).resolve())
+        return attrs.evolve(cfg.algorithm, demo_buffer=attrs.evolve(demo, load_path=path))
 
     def build_runner(
         self,

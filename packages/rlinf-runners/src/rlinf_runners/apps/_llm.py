@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
@@ -75,17 +74,6 @@ class LLMApp(App[L], abc.ABC):
     """Whether the rows of ``data.sft_path`` must carry a worked solution."""
 
     # ----------------------------------------------------------------------------------- paths and data
-    def resolve_data_path(self, path: str) -> Path:
-        """A data path as given (absolute, or relative to the working directory) when it exists there.
-
-        Otherwise relative to the app directory, where the shipped configs' ``data/...`` paths point.
-        """
-        p = Path(path).expanduser()
-        if p.is_absolute() or p.exists():
-            return p
-        in_app = self.app_dir / p
-        return in_app if in_app.exists() else p
-
     def load_datasets(self, cfg: L) -> dict[str, PromptDataset | None]:
         """Read the train / eval / SFT files of ``cfg.data`` (``None`` for the unset ones)."""
         d = cfg.data

@@ -7,7 +7,7 @@ actor is ``OffPolicyActorWorker``, the env workers collect transitions), the run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +19,23 @@ from ._app import OnStep
 if TYPE_CHECKING:
     from ._embodied import EmbodiedConfig
 
-__all__ = ["build_offpolicy_runner", "offpolicy_problems"]
+__all__ = ["MAKE_DEMOS", "build_offpolicy_runner", "offpolicy_problems"]
 
 
-def offpolicy_problems(cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | None) -> list[str]:
-    """What an off-policy embodied config must satisfy beyond each section's own checks (``[]``: nothing)."""
+MAKE_DEMOS = "uv run apps/embodied/make_demos.py"
+"""The command that writes a demo buffer file (``algorithm.demo_buffer.load_path``) from a scripted expert."""
+
+
+def offpolicy_problems(
+    cfg: EmbodiedConfig,
+    world_sizes: Mapping[str, int] | None,
+    *,
+    resolve_path: Callable[[str], Path] = Path,
+) -> list[str]:
+    """What an off-policy embodied config must satisfy beyond each section's own checks (``[]``: nothing).
+
+    ``resolve_path`` finds a relative ``algorithm.demo_buffer.load_path`` (the app's data-path lookup).
+    """
     alg = cfg.algorithm
     problems: list[str] = []
     if not alg.is_offpolicy:
@@ -50,8 +62,11 @@ def offpolicy_problems(cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | Non
             f"algorithm.replay_buffer.min_buffer_size ({rb.min_buffer_size}) exceeds its cache_size "
             f"({rb.cache_size}): learning would never start"
         )
-    if alg.demo_buffer is not None and not Path(alg.demo_buffer.load_path).is_file():
-        problems.append(f"algorithm.demo_buffer.load_path: no file {alg.demo_buffer.load_path!r}")
+    if alg.demo_buffer is not None and not resolve_path(alg.demo_buffer.load_path).is_file():
+        problems.append(
+            f"algorithm.demo_buffer.load_path: no file {alg.demo_buffer.load_path!r}; write the scripted "
+            f"expert's demonstrations there with `{MAKE_DEMOS} --config-name <this config>`"
+        )
     if world_sizes is not None and world_sizes["actor"] != 1:
         problems.append(
             f"the off-policy actor runs on one rank; cluster.component_placement gives it {world_sizes['actor']}"
