@@ -162,3 +162,40 @@ def test_score_mask_scores_only_the_selected_positions(model_dir: Path) -> None:
     (part["logprobs"].sum()).backward()
     grads = [p.grad for p in policy.parameters() if p.grad is not None]
     assert grads and any(g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize(("arch", "attn"), [("qwen2", "sdpa"), ("qwen2", "eager"), ("llama", "sdpa")])
+def test_remove_padding_equals_the_padded_path_with_gradients(tmp_path: Path, arch: str, attn: str) -> None:
+    directory = make_tiny_model_dir(tmp_path / arch, arch=arch, seed=2)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 512, (4, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # left padding
+    mask[1, -3:] = 0  # right padding
+    mask[2, :1] = 0
+    mask[2, -1:] = 0
+    mask[3, :11] = 0  # one live token
+    ids[mask == 0] = 2
+    valid = mask.bool() & torch.roll(mask.bool(), 1, dims=1)  # live, after a live token (a row's first has
+    valid[:, 0] = False  # no context, in either path)
+    score = (valid & (torch.arange(12) >= 3)).long()  # as a loss mask: no prompt tokens
+    results = []
+    for remove_padding in (False, True):
+        torch.manual_seed(0)
+        model = load_causal_lm(LLMModelConfig(model_path=str(directory), attn_implementation=attn))
+        policy = CausalLMPolicy(model, add_value_head=True, logprob_chunk_size=7)
+        out = policy(
+            ids, mask, temperature=0.8, compute_entropy=True, score_mask=score, remove_padding=remove_padding
+        )
+        loss = (out["logprobs"] * score).sum() + 0.1 * (out["entropy"] * score).sum()
+        loss = loss + (out["values"] * valid).pow(2).sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+        results.append(({k: v.detach() for k, v in out.items()}, grads))
+    (padded, g_pad), (packed, g_pack) = results
+    for key in ("logprobs", "entropy"):
+        torch.testing.assert_close(packed[key] * score, padded[key] * score, rtol=1e-5, atol=1e-5, msg=key)
+    torch.testing.assert_close(packed["values"][valid], padded["values"][valid], rtol=1e-5, atol=1e-5)
+    assert g_pad.keys() == g_pack.keys() and len(g_pad) > 5
+    for name in g_pad:
+        torch.testing.assert_close(g_pack[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)

@@ -276,6 +276,7 @@ class FSDPActorBackend:
                     temperature=self.cfg.temperature,
                     compute_values=values,
                     score_mask=sel,
+                    remove_padding=self.cfg.use_remove_padding,
                 )
                 rows = min(mbs, ids.shape[0] - s)
                 lp = out["logprobs"].new_zeros((rows, ids.shape[1]))
@@ -409,6 +410,7 @@ class FSDPActorBackend:
             compute_entropy=True,
             compute_values=self.critic,
             score_mask=mb["loss_mask"],
+            remove_padding=self.cfg.use_remove_padding,
         )
         logprobs = out["logprobs"]
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
@@ -585,6 +587,7 @@ class FSDPActorBackend:
                 attn[s : s + mbs, cols].to(self.device),
                 compute_values=False,
                 score_mask=m,
+                remove_padding=self.cfg.use_remove_padding,
             )
             nll = -(out["logprobs"] * m).sum()
             # FSDP averages gradients over ranks: scale by W so the result is the global token mean.

@@ -101,6 +101,27 @@ def token_logprobs_and_entropy(
     return torch.cat(lps), (torch.cat(ents) if compute_entropy else None)
 
 
+def _packed_hidden(
+    decoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """``[B, T, H]`` hidden states from one decoder pass over the attended tokens of all rows, packed.
+
+    Each row's live tokens keep their order and their position ids (``positions``, which start at 0 in every
+    row), so the packed position ids drop at every row boundary; with no 2-D attention mask, transformers reads
+    those drops as sequence boundaries. Padding positions get zero hidden states.
+    """
+    b, t = input_ids.shape
+    live = attention_mask.reshape(-1).bool().nonzero().squeeze(-1)
+    packed: torch.Tensor = decoder(
+        input_ids=input_ids.reshape(-1)[live].unsqueeze(0),
+        position_ids=positions.reshape(-1)[live].unsqueeze(0),
+        attention_mask=None,
+        use_cache=False,
+    ).last_hidden_state[0]  # [L, H]
+    full = packed.new_zeros((b * t, packed.shape[-1])).index_copy(0, live, packed)
+    return full.view(b, t, -1)
+
+
 class CausalLMPolicy(nn.Module):
     """A Hugging Face causal LM (``AutoModelForCausalLM``) scored token by token, plus an optional value head.
 
@@ -143,6 +164,7 @@ class CausalLMPolicy(nn.Module):
         compute_entropy: bool = False,
         compute_values: bool = True,
         score_mask: torch.Tensor | None = None,
+        remove_padding: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Score every token of a batch (see the module docstring for the alignment).
 
@@ -154,6 +176,11 @@ class CausalLMPolicy(nn.Module):
             compute_values: Return ``"values"`` when the policy has a value head.
             score_mask: Optional ``[B, T]``: only these positions get log-probs and entropies (the others are
                 0), which skips the vocabulary projection of e.g. prompt tokens. Values are always computed.
+            remove_padding: Run the decoder on the attended tokens only, all rows packed into one sequence of
+                ``attention_mask.sum()`` tokens whose position ids restart at 0 for each row; transformers then
+                keeps the rows apart (a block-diagonal causal mask for ``sdpa`` / ``eager``, variable-length
+                kernels for ``flash_attention_2``). The outputs equal the padded path's up to float error and
+                the decoder does no work on padding.
 
         Returns:
             ``{"logprobs": [B, T] float32, "entropy": [B, T] (if asked), "values": [B, T] (if value head)}``;
@@ -168,9 +195,12 @@ class CausalLMPolicy(nn.Module):
         out: dict[str, torch.Tensor] = {}
         positions = position_ids_from_mask(attention_mask)
         base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
-        hidden = base(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
-        ).last_hidden_state  # [B, T, H]
+        if remove_padding:
+            hidden = _packed_hidden(base, input_ids, attention_mask, positions)
+        else:
+            hidden = base(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+            ).last_hidden_state  # [B, T, H]
         prev = hidden[:, :-1].reshape(b * (t - 1), -1)
         targets = input_ids[:, 1:].reshape(-1)
         rows = None
