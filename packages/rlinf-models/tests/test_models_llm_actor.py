@@ -289,9 +289,33 @@ def test_remove_padding_makes_the_same_update_sft_and_scores(model_dir: Path) ->
     torch.testing.assert_close(lp_k * batch["loss_mask"], lp_p * batch["loss_mask"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_token_budget_micro_batches_make_the_whole_mini_batch_update(model_dir: Path, agg: str) -> None:
+    """max_tokens_per_mbs: micro-batches of unequal size weighted by their share = one micro-batch of all rows."""
+    batch = make_batch(seed=13)
+    alg = attrs.evolve(GRPO, loss_agg_func=agg)
+    # A small learning rate: Adam's first step moves every weight by ~lr whatever its gradient's size, so the
+    # float noise of near-zero gradients would show as lr-sized differences.
+    slow = OptimConfig(lr=1e-5, clip_grad=1.0)
+    whole = local_actor(actor_cfg(model_dir, micro_batch_size=8, optim=slow), alg)
+    budget = local_actor(
+        actor_cfg(model_dir, optim=slow, max_tokens_per_mbs=25, use_remove_padding=True), alg
+    )
+    assert len(budget.backend._micro_split(torch.arange(8), batch["attention_mask"])) > 1
+    mw, mb = whole.run_training(batch), budget.run_training(batch)
+    for key in ("actor/grad_norm", "actor/policy_loss", "actor/entropy"):
+        assert mb[key] == pytest.approx(mw[key], rel=1e-4, abs=1e-6), key
+    sw, sb = state(whole), state(budget)
+    for key in sw:
+        torch.testing.assert_close(sb[key], sw[key], rtol=1e-5, atol=1e-7, msg=key)
+    assert budget.run_sft(batch)["sft/loss"] == pytest.approx(whole.run_sft(batch)["sft/loss"], rel=1e-5)
+
+
 def test_remove_padding_is_refused_for_megatron(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="use_remove_padding applies to training_backend: fsdp"):
         actor_cfg(model_dir, use_remove_padding=True, training_backend="megatron")
+    with pytest.raises(ValueError, match="max_tokens_per_mbs applies to training_backend: fsdp"):
+        actor_cfg(model_dir, max_tokens_per_mbs=64, training_backend="megatron")
 
 
 def test_bfloat16_weights_train_and_offload_is_a_cpu_no_op(model_dir: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from rlinf_models.actor import (
     SUM_PREFIX,
     MetricMeans,
@@ -14,6 +16,7 @@ from rlinf_models.actor import (
     micro_batches,
     run_update,
     shuffled_minibatches,
+    token_budget_micro_batches,
 )
 
 
@@ -96,3 +99,53 @@ def test_resumed_schedule_keeps_the_total_it_started_with_unless_reset() -> None
     assert "actor.optim.reset_lr_schedule_on_resume=true" in warnings[-1]
     assert resumed_schedule_total(4, 8, reset=True, warn=warnings.append) == 8
     assert "rebuilt over 8" in warnings[-1] and len(warnings) == 2
+
+
+def test_token_budget_micro_batches_pack_in_order_within_the_budget() -> None:
+    rows = torch.tensor([5, 3, 9, 0, 7, 1])
+    tokens = torch.tensor([4, 4, 10, 3, 3, 3])
+    micro = token_budget_micro_batches(rows, tokens, 8)
+    assert [m.tolist() for m in micro] == [[5, 3], [9], [0, 7], [1]]  # the 10-token row alone
+    assert [m.tolist() for m in token_budget_micro_batches(rows, tokens, 100)] == [rows.tolist()]
+    assert token_budget_micro_batches(rows[:0], tokens[:0], 8) == []
+
+
+def test_token_budget_micro_batches_with_a_count_balance_the_largest() -> None:
+    rows = torch.arange(6)
+    tokens = torch.tensor([4, 4, 10, 3, 3, 3])
+    micro = token_budget_micro_batches(rows, tokens, 8, count=2)
+    assert [m.tolist() for m in micro] == [
+        [0, 1, 2],
+        [3, 4, 5],
+    ]  # sums 18 and 9: no cut has a smaller largest
+    assert len(token_budget_micro_batches(rows, tokens, 8, count=6)) == 6
+    with pytest.raises(ValueError, match="count must be in"):
+        token_budget_micro_batches(rows, tokens, 8, count=7)
+
+
+@given(
+    st.lists(st.integers(1, 50), min_size=1, max_size=30),
+    st.integers(1, 80),
+    st.integers(1, 30),
+)
+def test_token_budget_micro_batches_cover_every_row_once(sizes: list[int], budget: int, count: int) -> None:
+    rows = torch.arange(len(sizes)) * 3
+    tokens = torch.tensor(sizes)
+    fewest = token_budget_micro_batches(rows, tokens, budget)
+    assert torch.equal(torch.cat(fewest), rows)
+    assert all(int(tokens[m // 3].sum()) <= budget or m.shape[0] == 1 for m in fewest)
+    count = min(max(count, len(fewest)), len(sizes))
+    exact = token_budget_micro_batches(rows, tokens, budget, count=count)
+    assert len(exact) == count and all(m.shape[0] > 0 for m in exact)
+    assert torch.equal(torch.cat(exact), rows)
+
+
+def test_accumulate_gradients_with_weights() -> None:
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    metrics = MetricMeans()
+    micro = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 3.0])]
+    accumulate_gradients(micro, lambda x: ((w * x).sum(), {}), opt, metrics, [0.25, 0.75])
+    assert w.grad is not None and torch.allclose(w.grad, torch.tensor([0.25, 2.25]))
+    with pytest.raises(ValueError, match="1 weights for 2 micro-batches"):
+        accumulate_gradients(micro, lambda x: ((w * x).sum(), {}), opt, metrics, [1.0])

@@ -12,6 +12,7 @@ from ._schedule import (
     resumed_schedule_total,
     run_update,
     shuffled_minibatches,
+    token_budget_micro_batches,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "resumed_schedule_total",
     "run_update",
     "shuffled_minibatches",
+    "token_budget_micro_batches",
 ]

@@ -20,6 +20,7 @@ Float additions happen in the same order as in a hand-written loop, so results a
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "micro_batches",
     "run_update",
     "shuffled_minibatches",
+    "token_budget_micro_batches",
 ]
 
 SUM_PREFIX = "__sum__/"
@@ -51,27 +53,32 @@ class MetricMeans:
     """Running per-key sums and counts of metrics; keys under :data:`SUM_PREFIX` are summed apart.
 
     Attributes:
-        sums: sum of the values of each averaged key.
-        counts: number of values of each averaged key.
+        sums: weighted sum of the values of each averaged key.
+        counts: sum of the weights of each averaged key (the number of values when all weigh 1).
         totals: sum of each :data:`SUM_PREFIX` key (not averaged).
     """
 
     def __init__(self) -> None:
         self.sums: defaultdict[str, float] = defaultdict(float)
-        self.counts: defaultdict[str, int] = defaultdict(int)
+        self.counts: defaultdict[str, float] = defaultdict(float)
         self.totals: defaultdict[str, float] = defaultdict(float)
 
-    def add(self, metrics: Mapping[str, float]) -> None:
-        """Add one value per key (a micro-batch's metrics, or an optimizer step's gradient norm)."""
+    def add(self, metrics: Mapping[str, float], weight: float = 1.0) -> None:
+        """Add one value per key (a micro-batch's metrics, or an optimizer step's gradient norm).
+
+        Args:
+            metrics: the values.
+            weight: their weight in the means (a micro-batch's share of its mini-batch's loss).
+        """
         for key, val in metrics.items():
             if key.startswith(SUM_PREFIX):
                 self.totals[key] += val
             else:
-                self.sums[key] += val
-                self.counts[key] += 1
+                self.sums[key] += val * weight
+                self.counts[key] += weight
 
     def means(self) -> dict[str, float]:
-        """The mean of each averaged key, keys sorted."""
+        """The (weighted) mean of each averaged key, keys sorted."""
         return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
 
 
@@ -142,6 +149,66 @@ def micro_batches(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
     return [rows[k * size : (k + 1) * size] for k in range(rows.shape[0] // size)]
 
 
+def token_budget_micro_batches(
+    rows: torch.Tensor, tokens: torch.Tensor, budget: int, *, count: int | None = None
+) -> list[torch.Tensor]:
+    """``rows`` cut, in order, into micro-batches of at most ``budget`` tokens each (as far as rows allow).
+
+    Without ``count``: the fewest contiguous micro-batches whose token sums stay within ``budget`` (a row longer
+    than the budget is a micro-batch of its own). With ``count`` (at least that many, at most ``len(rows)``):
+    exactly ``count`` non-empty contiguous micro-batches with the largest token sum as small as possible, so that
+    data-parallel ranks, which must run the same number of forward and backward passes, can agree on the largest
+    count any of them needs.
+
+    Args:
+        rows: ``[n]`` row indices of one mini-batch (this rank's).
+        tokens: ``[n]`` token count of each of those rows (e.g. its attended tokens).
+        budget: ``actor.max_tokens_per_mbs``.
+        count: the number of micro-batches to make (``None``: as few as the budget allows).
+
+    Returns:
+        The micro-batches as int64 index tensors (views of ``rows``).
+    """
+    n = rows.shape[0]
+    sizes = [int(t) for t in tokens.tolist()]
+    if n == 0:
+        return []
+
+    def cuts(cap: int) -> list[int]:
+        """Start index of each micro-batch of the greedy packing under ``cap`` tokens."""
+        starts, total = [0], 0
+        for i, size in enumerate(sizes):
+            if total and total + size > cap:
+                starts.append(i)
+                total = 0
+            total += size
+        return starts
+
+    if count is None:
+        starts = cuts(budget)
+    else:
+        if not 1 <= count <= n:
+            raise ValueError(f"count must be in [1, {n}] (the rows of the mini-batch), got {count}")
+        lo, hi = max(sizes), sum(sizes)  # the smallest cap that greedy packs into <= count micro-batches
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if len(cuts(mid)) <= count else (mid + 1, hi)
+        starts = cuts(lo)
+        while len(starts) < count:  # split the largest splittable micro-batch at its token midpoint
+            bounds = [*starts, n]
+            spans = [(sum(sizes[a:b]), a, b) for a, b in itertools.pairwise(bounds) if b - a > 1]
+            _, a, b = max(spans)
+            half, acc, cut = sum(sizes[a:b]) / 2, 0, a + 1
+            for i in range(a, b - 1):
+                acc += sizes[i]
+                if acc >= half:
+                    cut = i + 1
+                    break
+            starts = sorted([*starts, cut])
+    bounds = [*starts, n]
+    return [rows[a:b] for a, b in itertools.pairwise(bounds)]
+
+
 def run_update(
     *,
     epochs: int,
@@ -171,17 +238,29 @@ def accumulate_gradients(
     loss_fn: Callable[[_Micro], tuple[torch.Tensor, Mapping[str, float]]],
     optimizer: torch.optim.Optimizer,
     metrics: MetricMeans,
+    weights: Sequence[float] | None = None,
 ) -> None:
-    """Zero the gradients, then ``(loss / len(micro)).backward()`` for each micro-batch, adding its metrics.
+    """Zero the gradients, then ``(loss * w).backward()`` for each micro-batch, adding its metrics.
 
-    The accumulated gradient is the mean over micro-batches of the micro-batch losses' gradients.
+    Args:
+        micro: the micro-batches (whatever ``loss_fn`` takes).
+        loss_fn: a micro-batch's loss and metrics.
+        optimizer: whose gradients are zeroed first.
+        metrics: collects each micro-batch's metrics.
+        weights: one weight per micro-batch (``None``: ``1 / len(micro)`` each, so the accumulated gradient is
+            the mean over micro-batches of the micro-batch losses' gradients). Micro-batches of unequal size
+            pass their share of the mini-batch (of tokens for a token mean, of rows for a sequence mean), which
+            makes the accumulated gradient that of the whole mini-batch's loss; their metrics are averaged with
+            the same weights.
     """
+    if weights is not None and len(weights) != len(micro):
+        raise ValueError(f"{len(weights)} weights for {len(micro)} micro-batches")
     optimizer.zero_grad(set_to_none=True)
-    accum = len(micro)
-    for mb in micro:
+    for k, mb in enumerate(micro):
         loss, values = loss_fn(mb)
-        (loss / accum).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-        metrics.add(values)
+        w = 1.0 / len(micro) if weights is None else weights[k]
+        (loss * w).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        metrics.add(values, 1.0 if weights is None else w)
 
 
 def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float | None) -> float:

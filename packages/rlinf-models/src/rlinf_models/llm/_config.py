@@ -94,7 +94,18 @@ class LLMActorConfig:
     apart by their position ids: a block-diagonal mask for ``sdpa`` / ``eager``, variable-length kernels for
     ``flash_attention_2``). Same results as the padded path up to float error. ``fsdp`` backend only."""
 
+    max_tokens_per_mbs: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """Token budget of a training micro-batch (attended tokens): mini-batches are cut, in order, into the fewest
+    micro-batches within it instead of ``micro_batch_size`` rows each, and each micro-batch's loss is weighted by
+    its share of the mini-batch (loss tokens for ``token-mean``, rows for the sequence means). null: fixed
+    ``micro_batch_size``. ``fsdp`` backend only."""
+
     def __attrs_post_init__(self) -> None:
+        if self.max_tokens_per_mbs is not None and self.training_backend != "fsdp":
+            raise ValueError(
+                f"actor.max_tokens_per_mbs applies to training_backend: fsdp, not {self.training_backend!r} "
+                "(set it to null)"
+            )
         if self.use_remove_padding and self.training_backend != "fsdp":
             raise ValueError(
                 f"actor.use_remove_padding applies to training_backend: fsdp, not {self.training_backend!r} "

@@ -58,6 +58,7 @@ from ..actor import (
     resumed_schedule_total,
     run_update,
     shuffled_minibatches,
+    token_budget_micro_batches,
 )
 from ._batch import check_batch
 from ._config import LLMActorConfig
@@ -457,6 +458,46 @@ class FSDPActorBackend:
         metrics["actor/total_loss"] = float(loss.detach())
         return loss, metrics
 
+    def _micro_split(
+        self, rows: torch.Tensor, attention_mask: torch.Tensor, *, keep_remainder: bool = False
+    ) -> list[torch.Tensor]:
+        """This rank's micro-batches of ``rows``: ``micro_batch_size`` rows each, or ``max_tokens_per_mbs``.
+
+        Fixed sizes drop a remainder of fewer rows unless ``keep_remainder``. With a token budget every rank makes as many micro-batches as the rank that needs the most (FSDP2's
+        collectives need the same number of forward and backward passes on every rank).
+        """
+        budget = self.cfg.max_tokens_per_mbs
+        if budget is None:
+            if keep_remainder:
+                size = self.cfg.micro_batch_size
+                return [rows[s : s + size] for s in range(0, rows.shape[0], size)]
+            return micro_batches(rows, self.cfg.micro_batch_size)
+        tokens = attention_mask[rows].sum(1)
+        count = len(token_budget_micro_batches(rows, tokens, budget))
+        if self.distributed:
+            needed = torch.tensor([count], device=self.device)
+            dist.all_reduce(needed, op=dist.ReduceOp.MAX)
+            count = min(int(needed.item()), rows.shape[0])
+        return token_budget_micro_batches(rows, tokens, budget, count=count)
+
+    def _micro_weights(self, micro: list[torch.Tensor], b: Mapping[str, torch.Tensor]) -> list[float] | None:
+        """Loss weights of micro-batches of unequal size: each one's share of the mini-batch's normaliser.
+
+        A token mean (``token-mean``) weighs by loss-mask tokens, the sequence means by rows, so the accumulated
+        gradient is that of the loss over the whole mini-batch of this rank. Fixed-size micro-batches keep the
+        plain mean (``None``).
+        """
+        if self.cfg.max_tokens_per_mbs is None:
+            return None
+        if self.algorithm.loss_agg_func.lower() == "token-mean":
+            sizes = [float(b["loss_mask"][m].sum()) for m in micro]
+        else:
+            sizes = [float(m.shape[0]) for m in micro]
+        total = sum(sizes)
+        if total == 0:
+            return None
+        return [size / total for size in sizes]
+
     def _fill_missing(self, b: dict[str, torch.Tensor], *, on_policy: bool) -> None:
         """Compute the ``old_logprobs`` / ``ref_logprobs`` / ``prev_values`` the update needs and lacks."""
         need_old = "old_logprobs" not in b and not on_policy
@@ -518,7 +559,8 @@ class FSDPActorBackend:
             )
 
         def step(rows: torch.Tensor) -> None:
-            accumulate_gradients(micro_batches(rows, mbs), loss_fn, self.optimizer, metrics)
+            micro = self._micro_split(rows, b["attention_mask"])
+            accumulate_gradients(micro, loss_fn, self.optimizer, metrics, self._micro_weights(micro, b))
             metrics.add({"actor/grad_norm": self._step()})
 
         steps = run_update(
@@ -561,7 +603,7 @@ class FSDPActorBackend:
             ``sft/lr``, ``sft/num_tokens``.
         """
         b = self._batch(batch, ("input_ids", "attention_mask", "loss_mask"))
-        n, world, mbs = b["input_ids"].shape[0], self.world_size, self.cfg.micro_batch_size
+        n, world = b["input_ids"].shape[0], self.world_size
         if n % world:
             raise ValueError(
                 f"run_sft: the batch has {n} sequences, not a multiple of the actor world size ({world})"
@@ -579,12 +621,12 @@ class FSDPActorBackend:
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = torch.zeros((), dtype=torch.float64)
-        for s in range(0, share, mbs):
-            cols = _live_columns(attn[s : s + mbs])
-            m = lmask[s : s + mbs, cols].to(self.device).float()
+        for sel in self._micro_split(torch.arange(share), attn, keep_remainder=True):
+            cols = _live_columns(attn[sel])
+            m = lmask[sel][:, cols].to(self.device).float()
             out = self.policy(
-                ids[s : s + mbs, cols].to(self.device),
-                attn[s : s + mbs, cols].to(self.device),
+                ids[sel][:, cols].to(self.device),
+                attn[sel][:, cols].to(self.device),
                 compute_values=False,
                 score_mask=m,
                 remove_padding=self.cfg.use_remove_padding,

@@ -541,7 +541,7 @@ class MegatronActorBackend:
         self.optimizer_steps += 1
         return outputs, float(grad_norm) if grad_norm is not None else 0.0
 
-    def _reduce_metrics(self, sums: Mapping[str, float], counts: Mapping[str, int]) -> dict[str, float]:
+    def _reduce_metrics(self, sums: Mapping[str, float], counts: Mapping[str, float]) -> dict[str, float]:
         """Mean of each metric over the last pipeline stage's data-parallel ranks, on every rank."""
         mine = {k: (sums[k], counts[k]) for k in sums} if parallel_state.is_pipeline_last_stage() else {}
         everyone: list[Any] = [None] * dist.get_world_size()
@@ -551,7 +551,7 @@ class MegatronActorBackend:
             for k, (s, c) in part.items():
                 total[k][0] += s
                 total[k][1] += c
-        return {k: s / max(c, 1) for k, (s, c) in sorted(total.items())}
+        return {k: s / c if c else 0.0 for k, (s, c) in sorted(total.items())}
 
     def run_training(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """PPO-style update: ``algorithm.update_epoch`` passes of mini-batch optimizer steps over the batch.
