@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 E, R, A = "embodied", "reasoning", "agent"
 SAC = ["--config-name", "pendulum_sac"]
+ASYNC_SAC = ["--config-name", "pendulum_async_sac"]
 # (app, arguments, texts the error must contain: the key, and the allowed values where there is a closed set)
 CASES: list[tuple[str, list[str], list[str]]] = [
     # runner
@@ -132,7 +133,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     (E, [*SAC, "actor.model.add_value_head=true"], ["add_value_head", "add_q_head"]),
     (E, [*SAC, "actor.model.num_q_heads=0"], ["actor.model.num_q_heads", ">= 1"]),
     (E, [*SAC, "env.train.auto_reset=false"], ["env.train.auto_reset must be true"]),
-    (E, [*SAC, "runner.mode=async"], ["runner.mode 'async'", "allowed: 'sync'"]),
+    (E, [*ASYNC_SAC, "algorithm.staleness_threshold=-2"], ["algorithm.staleness_threshold", ">= 0"]),
+    (E, [*ASYNC_SAC, "runner.mode=asynch"], ["runner.mode", "'sync', 'async'"]),
     (
         E,
         [

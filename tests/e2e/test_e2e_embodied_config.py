@@ -27,6 +27,7 @@ def test_every_issue_config_exists() -> None:
         "maniskill_pickcube_ppo",
         "cartpole_async_ppo",
         "maniskill_pushcube_async_ppo",
+        "pendulum_async_sac",
         "maniskill_pickcube_sac",
         "maniskill_pickcube_rlpd",
     }

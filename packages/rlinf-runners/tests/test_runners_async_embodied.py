@@ -1,4 +1,5 @@
-"""AsyncEmbodiedRunner's scheduling against fake worker groups (no Ray): the staleness bound and checkpoints."""
+"""The asynchronous runners' scheduling against fake worker groups (no Ray): the staleness bound, checkpoints,
+the off-policy warm-up."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 from rlinf_core.metrics import read_metrics
-from rlinf_runners import AsyncEmbodiedRunner, LoggerConfig, RunnerConfig
+from rlinf_runners import AsyncEmbodiedRunner, AsyncOffPolicyRunner, LoggerConfig, RunnerConfig
 from rlinf_runners._async_embodied import staleness_metrics
 
 
@@ -36,8 +37,9 @@ class FakeGroup:
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
         assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
         method, shared = fn.__name__, self.shared
-        if method == "generate" and args[1] == "train":
+        if method == "generate" and args[1] in ("train", "random"):
             self.log.append(("generate", kwargs["min_version"]))
+            self.log.append(("mode", args[1]))
         elif method == "interact":
             self.log.append(("interact", kwargs["batch"]))
             # The rollout serves the batch with the newest published weights (at least min_version).
@@ -49,7 +51,7 @@ class FakeGroup:
         elif method == "recv_rollout_batch":
             self.log.append(("recv", kwargs["batch"]))
             shared["current"] = kwargs["batch"]
-        elif method == "compute_proximal_logprobs":
+        elif method in ("compute_proximal_logprobs", "received_staleness"):
             lag = shared["version"] - shared["batches"][shared["current"]]
             return _Done([{"staleness/samples": 4.0, "staleness/sum": 4.0 * lag, "staleness/max": lag,
                            "staleness/min": lag, f"staleness/count_{lag}": 4.0}])  # fmt: skip
@@ -69,15 +71,18 @@ class FakeGroup:
         return _Done([{"env_steps": 8}] if method == "interact" else [None])
 
 
-def _run(tmp_path: Path, k: int, **cfg: Any) -> tuple[list[tuple[str, Any]], Any]:
+def _run(
+    tmp_path: Path, k: int, runner: type[Any] = AsyncEmbodiedRunner, warmup: int | None = None, **cfg: Any
+) -> tuple[list[tuple[str, Any]], Any]:
     log: list[tuple[str, Any]] = []
     shared: dict[str, Any] = {"version": 0, "published": -1, "batches": {}}
     config = RunnerConfig(
         progress_bar=False, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=()), **cfg
     )
     groups = {name: FakeGroup(name, log, shared) for name in ("actor", "rollout", "env")}
-    runner = AsyncEmbodiedRunner(config, staleness_threshold=k, channel=object(), weights=object(), **groups)
-    return log, runner.run()
+    extra = {} if warmup is None else {"random_warmup_steps": warmup}
+    made = runner(config, staleness_threshold=k, channel=object(), weights=object(), **groups, **extra)
+    return log, made.run()
 
 
 def _order(log: list[tuple[str, Any]]) -> list[str]:
@@ -120,6 +125,19 @@ def test_no_batch_of_the_next_checkpoint_interval_starts_before_the_checkpoint(t
     assert order.index("interact2") > order.index("save") > order.index("train2")
     assert order.index("interact1") < order.index("train1")
     assert order.index("interact3") < order.index("train3")
+
+
+def test_offpolicy_warmup_batches_are_random_and_bounded_like_the_others(tmp_path: Path) -> None:
+    log, result = _run(
+        tmp_path, 1, AsyncOffPolicyRunner, warmup=2, max_epochs=4, val_check_interval=-1, save_interval=0
+    )
+    assert result.global_step == 4
+    assert [m for a, m in log if a == "mode"] == ["random", "random", "train", "train"]
+    assert [v for a, v in log if a == "generate"] == [0, 0, 1, 2]
+    assert _order(log)[:5] == ["publish0", "interact0", "interact1", "train1", "publish1"]
+    records = [r for r in read_metrics(result.metrics_file) if "staleness/max" in r]
+    assert [r["staleness/max"] for r in records] == [0, 1, 1, 1]
+    assert [r["rollout/random_actions"] for r in records] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_staleness_metrics_merge_ranks() -> None:

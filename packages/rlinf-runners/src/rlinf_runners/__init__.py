@@ -14,7 +14,9 @@ from ._config import RUNNER_MODES, EmbodiedRunnerConfig, LoggerConfig, RunnerCon
 
 if TYPE_CHECKING:
     from ._agent import AGENT_ADV_TYPES, AgentRunner, TurnRewardConfig, turn_advantages
+    from ._async import AsyncEnvRunner
     from ._async_embodied import AsyncEmbodiedRunner
+    from ._async_offpolicy import AsyncOffPolicyRunner
     from ._base import Runner, RunResult, StepCallback
     from ._embodied import EmbodiedRunner, EnvRunner
     from ._llm import LLMRunner, SFTConfig
@@ -31,7 +33,9 @@ __getattr__ = lazy_exports(
         "AgentRunner": "._agent",
         "TurnRewardConfig": "._agent",
         "turn_advantages": "._agent",
+        "AsyncEnvRunner": "._async",
         "AsyncEmbodiedRunner": "._async_embodied",
+        "AsyncOffPolicyRunner": "._async_offpolicy",
         "Runner": "._base",
         "RunResult": "._base",
         "StepCallback": "._base",
@@ -52,6 +56,8 @@ __all__ = [
     "RUNNER_MODES",
     "AgentRunner",
     "AsyncEmbodiedRunner",
+    "AsyncEnvRunner",
+    "AsyncOffPolicyRunner",
     "EmbodiedRunner",
     "EmbodiedRunnerConfig",
     "EnvRunner",

@@ -79,4 +79,5 @@ class EmbodiedRunnerConfig(RunnerConfig):
     mode: Literal["sync", "async"] = "sync"
     """``sync``: collect a rollout batch, train on it, sync the weights, repeat (``EmbodiedRunner``).
     ``async``: env and rollout keep producing batches while the actor trains, up to
-    ``algorithm.staleness_threshold`` versions behind (``AsyncEmbodiedRunner``, decoupled PPO)."""
+    ``algorithm.staleness_threshold`` versions behind (``AsyncEmbodiedRunner`` with decoupled PPO;
+    ``AsyncOffPolicyRunner`` for off-policy losses, the transitions going into the replay buffer)."""

@@ -70,7 +70,8 @@ class EnvRunner(Runner, Generic[A]):
     """What every embodied runner shares over actor, rollout and env groups.
 
     The env ↔ rollout exchange into the actor's channel, weight sync, evaluation, timings, checkpoints of the
-    three groups and the stop target. A subclass implements :meth:`train_step` (with :meth:`collect` for the rollout phase).
+    three groups and the stop target. A subclass implements :meth:`train_step` (with :meth:`collect` for the rollout
+    phase) and :meth:`update` (what the asynchronous runners call after each received batch).
 
     Args:
         cfg: the ``runner`` config.
@@ -79,6 +80,8 @@ class EnvRunner(Runner, Generic[A]):
         env: the env group.
         rollout_epoch: rollouts per training step (``algorithm.rollout_epoch``); each env rank puts one
             trajectory per rollout epoch on the actor channel.
+        random_warmup_steps: the first rollout batches, whose actions are uniform over the action bounds (the
+            off-policy warm-up, ``algorithm.random_warmup_steps``; the policy must offer random actions).
         run_config: the resolved configuration, stored with W&B / SwanLab runs and in checkpoints.
         on_step: called with ``(global_step, record)`` after each logged step (e.g. tests, benchmarks).
         channel: the env → actor channel to use (default: a fresh ``Channel`` created on the first step and
@@ -101,6 +104,7 @@ class EnvRunner(Runner, Generic[A]):
         rollout: RoleGroup[EmbodiedRollout],
         env: RoleGroup[EnvRole],
         rollout_epoch: int = 1,
+        random_warmup_steps: int = 0,
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
         channel: Any = None,
@@ -110,6 +114,7 @@ class EnvRunner(Runner, Generic[A]):
         self.rollout = rollout
         self.env = env
         self.rollout_epoch = rollout_epoch
+        self.random_warmup_steps = random_warmup_steps
         self._channel: Any = channel
         self._owns_channel = channel is None
 
@@ -146,6 +151,14 @@ class EnvRunner(Runner, Generic[A]):
     def generate_options(self) -> dict[str, Any]:
         """Extra keywords of ``EmbodiedRollout.generate`` (none here; the weights channel when asynchronous)."""
         return {}
+
+    def rollout_mode(self, batch: int) -> Literal["train", "random"]:
+        """How the rollout acts in rollout batch ``batch``: ``random`` during the warm-up, then ``train``."""
+        return "random" if batch < self.random_warmup_steps else "train"
+
+    def update(self) -> dict[str, float]:
+        """The actor's update after a rollout batch was received: its metrics and ``time/train_s``."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------------------------------------- the phases
     def sync_weights(self) -> None:

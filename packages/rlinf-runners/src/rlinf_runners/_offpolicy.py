@@ -14,15 +14,12 @@ exchange, weight sync, evaluation and checkpoints it shares through :class:`~rli
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rlinf_core.protocols import EmbodiedRollout, EnvRole, OffPolicyActor
-from rlinf_scheduler import RoleGroup
+from rlinf_core.protocols import OffPolicyActor
 
-from ._base import StepCallback
-from ._config import RunnerConfig
 from ._embodied import EnvRunner
 from ._metrics import mean_over_ranks
 
@@ -37,16 +34,8 @@ class OffPolicyRunner(EnvRunner[OffPolicyActor]):
     gradient steps. The weight sync before each step, the evaluation and checkpoint cadence, resume and the stop
     target are :class:`~rlinf_runners.EnvRunner`'s and :class:`~rlinf_runners.Runner`'s.
 
-    Args:
-        cfg: the ``runner`` config.
-        actor: the actor group (the ``OffPolicyActor`` role).
-        rollout: the rollout group.
-        env: the env group (collecting transitions).
-        random_warmup_steps: training steps with uniform random actions (``algorithm.random_warmup_steps``).
-        rollout_epoch: rollouts per training step (``algorithm.rollout_epoch``).
-        run_config: the resolved configuration, stored with W&B / SwanLab runs.
-        on_step: called with ``(global_step, record)`` after each logged step.
-        channel: the env → actor channel (default: one created on the first step, shut down at the end).
+    The arguments are :class:`~rlinf_runners.EnvRunner`'s: ``actor`` is an ``OffPolicyActor`` group, the env
+    group collects transitions, ``random_warmup_steps`` is ``algorithm.random_warmup_steps``.
     """
 
     progress_keys: ClassVar[Sequence[tuple[str, str]]] = (
@@ -57,44 +46,23 @@ class OffPolicyRunner(EnvRunner[OffPolicyActor]):
         ("time/step_s", "s/step"),
     )
 
-    def __init__(
-        self,
-        cfg: RunnerConfig,
-        *,
-        actor: RoleGroup[OffPolicyActor],
-        rollout: RoleGroup[EmbodiedRollout],
-        env: RoleGroup[EnvRole],
-        random_warmup_steps: int = 0,
-        rollout_epoch: int = 1,
-        run_config: Mapping[str, Any] | None = None,
-        on_step: StepCallback | None = None,
-        channel: Any = None,
-    ) -> None:
-        super().__init__(
-            cfg,
-            actor=actor,
-            rollout=rollout,
-            env=env,
-            rollout_epoch=rollout_epoch,
-            run_config=run_config,
-            on_step=on_step,
-            channel=channel,
-        )
-        self.random_warmup_steps = random_warmup_steps
-
     def _check_budget(self, path: Path, saved: int | None) -> None:
         """Nothing to say: the off-policy actor has no learning-rate schedule, another budget just trains longer."""
         del path, saved
 
-    def train_step(self) -> dict[str, float]:
-        """Collect (random actions during the warm-up) into the replay buffer, then the actor's gradient steps."""
-        warmup = self.global_step < self.random_warmup_steps
-        metrics = self.collect("random" if warmup else "train")
+    def update(self) -> dict[str, float]:
+        """The actor's gradient steps of this training step: ``train/*`` metrics, ``rollout/random_actions``."""
         t1 = time.perf_counter()
-        train = mean_over_ranks(self.wait(self.actor.call(OffPolicyActor.run_training)))
-        metrics["time/train_s"] = time.perf_counter() - t1
+        train = mean_over_ranks(self.result(self.actor.call(OffPolicyActor.run_training)))
+        metrics = {"time/train_s": time.perf_counter() - t1}
         for key, value in train.items():
             metrics[key if key.startswith(("train/", "time/")) else f"train/{key}"] = value
-        metrics["rollout/random_actions"] = float(warmup)
+        metrics["rollout/random_actions"] = float(self.rollout_mode(self.global_step) == "random")
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        """Collect (random actions during the warm-up) into the replay buffer, then the actor's gradient steps."""
+        metrics = self.collect(self.rollout_mode(self.global_step))
+        metrics.update(self.update())
         metrics.update(self._timings())
         return metrics

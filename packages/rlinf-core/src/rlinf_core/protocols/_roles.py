@@ -106,16 +106,6 @@ class TrajectoryActor(ActorRole, TimedRole, Protocol):
     """An actor fed with env trajectories through a ``Channel`` (the embodied actors, on- and off-policy)."""
 
     def recv_rollout_batch(
-        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
-    ) -> int:
-        """Take this rank's share of one rollout's ``num_messages`` trajectories from ``channel``."""
-        ...
-
-
-class EmbodiedActor(TrajectoryActor, Protocol):
-    """The embodied actor (policy and value training on env trajectories)."""
-
-    def recv_rollout_batch(
         self,
         channel: Channel,
         num_messages: int,
@@ -133,9 +123,13 @@ class EmbodiedActor(TrajectoryActor, Protocol):
     def publish_weights(self, channel: Channel, rollout_world_size: int, timeout: float | None = None) -> int:
         """Put the current weights on ``channel`` for every rollout rank; returns their version.
 
-        It does not wait for the rollout, which takes them between two inference calls.
+        It does not wait for the rollout, which takes them between two inference calls (asynchronous runs).
         """
         ...
+
+
+class EmbodiedActor(TrajectoryActor, Protocol):
+    """The embodied actor (policy and value training on env trajectories)."""
 
     def compute_proximal_logprobs(self) -> dict[str, float]:
         """Decoupled PPO: the proximal log-probs of the received batch under the current weights.
@@ -159,6 +153,10 @@ class OffPolicyActor(TrajectoryActor, Protocol):
 
     def run_training(self) -> dict[str, float]:
         """The gradient steps of one training step on replay batches (none before the buffer's minimum size)."""
+        ...
+
+    def received_staleness(self) -> dict[str, float]:
+        """``staleness/*`` counts of the last received rollout's transitions against the current version."""
         ...
 
 

@@ -6,6 +6,10 @@ The runner drives it through the ``OffPolicyActor`` role::
     actor.recv_rollout_batch(channel, n, timeout)    # ‖ env.interact(...) ‖ rollout.generate(...): into the buffer
     actor.run_training()                             # the step's gradient steps (UTD) on replay batches
     actor.save_checkpoint(staging_dir)               # writes <staging_dir>/actor/
+
+Asynchronous runs (``runner.mode: async``) read rollout batch ``b`` with ``recv_rollout_batch(..., batch=b)``,
+ask ``received_staleness()`` for the versions it carried, and ``publish_weights(channel, ...)`` after the
+update instead of the broadcast.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ from typing import Any
 
 import torch
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, send_weights
+from rlinf_core.protocols import EnvSpec, publish_weights, send_weights
 from rlinf_scheduler import Channel, Worker, timed
 
 from .._config import EmbodiedActorConfig
 from .._fsdp import load_rank_rng, save_checkpoint_files, save_rank_rng, select_device
-from ..embodied import gather_trajectories
+from ..embodied import gather_trajectories, staleness_counts
 from ..policies import SquashedGaussianPolicy
 from ._trainer import SACTrainer
 
@@ -65,10 +69,14 @@ class OffPolicyActorWorker(Worker):
         self.policy = SquashedGaussianPolicy(spec, actor.model).to(self.device)
         self.trainer = SACTrainer(self.policy, spec, actor, algorithm, device=self.device)
         self._received = 0
+        self._versions: torch.Tensor | None = None
 
     def get_model_version(self) -> int:
         """Completed :meth:`run_training` calls (0 = initial weights); what weight sync sends."""
         return self.trainer.train_steps
+
+    def _rollout_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
 
     @timed(name="actor/sync_model_to_rollout")
     def sync_model_to_rollout(
@@ -79,23 +87,52 @@ class OffPolicyActorWorker(Worker):
         Returns:
             The version sent.
         """
-        state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
         version = self.get_model_version()
         send_weights(
             self,
             rollout_group_name,
-            state,
+            self._rollout_state(),
             version,
             rollout_world_size=rollout_world_size,
             timeout=self.comm_timeout if timeout is None else timeout,
         )
         return version
 
+    @timed(name="actor/publish_weights")
+    def publish_weights(self, channel: Channel, rollout_world_size: int, timeout: float | None = None) -> int:
+        """Put the policy's weights on ``channel`` for every rollout rank (asynchronous runs); returns their version.
+
+        One ``WeightMessage`` per rollout rank (:func:`rlinf_core.protocols.publish_weights`); it does not wait for
+        the rollout, which takes the newest message between two inference calls.
+        """
+        version = self.get_model_version()
+        publish_weights(
+            channel,
+            self._rollout_state(),
+            version,
+            rollout_world_size,
+            timeout=self.comm_timeout if timeout is None else timeout,
+        )
+        return version
+
     @timed(name="actor/recv_rollout_batch")
     def recv_rollout_batch(
-        self, channel: Channel, num_messages: int, timeout: float | None = None, *, key: Any = None
+        self,
+        channel: Channel,
+        num_messages: int,
+        timeout: float | None = None,
+        *,
+        key: Any = None,
+        batch: int | None = None,
     ) -> int:
         """Take one rollout's ``num_messages`` trajectories from ``channel`` into the replay buffer.
+
+        Args:
+            channel: the env → actor channel.
+            num_messages: trajectory messages of this rollout (env ranks x rollout epochs).
+            timeout: seconds to wait for all of them (``None``: ``comm_timeout``).
+            key: channel key to read (default: this rank).
+            batch: read ``(batch, rank)`` instead: the key of rollout batch ``batch`` in an asynchronous run.
 
         Returns:
             The transitions added (``T x E`` chunked steps).
@@ -104,11 +141,23 @@ class OffPolicyActorWorker(Worker):
             TimeoutError: when the messages did not all arrive within ``timeout`` (default ``comm_timeout``).
         """
         wait = self.comm_timeout if timeout is None else timeout
-        traj = gather_trajectories(
-            channel, num_messages, key=self.rank if key is None else key, timeout=wait, rank=self.rank
-        )
+        read_key = (self.rank if batch is None else (batch, self.rank)) if key is None else key
+        traj = gather_trajectories(channel, num_messages, key=read_key, timeout=wait, rank=self.rank)
         self._received = self.trainer.add_trajectory(traj)
+        self._versions = traj.get("versions")
         return self._received
+
+    def received_staleness(self) -> dict[str, float]:
+        """Staleness counts of the last received rollout: its versions against the current one.
+
+        Returns:
+            ``staleness/samples``, ``staleness/sum``, ``staleness/max``, ``staleness/min`` and
+            ``staleness/count_<d>`` (``rlinf_models.embodied.staleness_counts``); ``staleness/samples`` 0 when
+            nothing was received since the last checkpoint load.
+        """
+        if self._versions is None:
+            return {"staleness/samples": 0.0}
+        return staleness_counts(self._versions, self.get_model_version())
 
     @timed(name="actor/run_training")
     def run_training(self) -> dict[str, float]:
@@ -157,3 +206,4 @@ class OffPolicyActorWorker(Worker):
         if not load_rank_rng(root, self.rank):
             self.log_warning("no RNG state for rank %d in %s", self.rank, root)
         self._received = 0
+        self._versions = None

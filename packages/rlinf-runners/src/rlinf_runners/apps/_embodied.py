@@ -293,10 +293,9 @@ class EmbodiedApp(App[EmbodiedConfig]):
     ) -> AppRunner:
         """The runner of ``cfg`` over launched groups.
 
-        ``EmbodiedRunner``; ``AsyncEmbodiedRunner`` for ``runner.mode: async``; ``OffPolicyRunner`` for off-policy.
+        ``EmbodiedRunner``; ``AsyncEmbodiedRunner`` for ``runner.mode: async``; off-policy: ``OffPolicyRunner``, or
+        ``AsyncOffPolicyRunner`` for ``runner.mode: async``.
         """
-        if cfg.algorithm.is_offpolicy:
-            return build_offpolicy_runner(cfg, groups, on_step=on_step)
         common: dict[str, Any] = {
             "actor": groups["actor"],
             "rollout": groups["rollout"],
@@ -305,6 +304,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
             "run_config": unstructure_config(cfg),
             "on_step": on_step,
         }
+        if cfg.algorithm.is_offpolicy:
+            return build_offpolicy_runner(cfg, common)
         if cfg.runner.mode == "async":
             return AsyncEmbodiedRunner(
                 cfg.runner, staleness_threshold=cfg.algorithm.staleness_threshold, **common

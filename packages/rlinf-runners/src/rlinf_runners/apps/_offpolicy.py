@@ -2,7 +2,7 @@
 
 :class:`~rlinf_runners.apps.EmbodiedApp` picks this path from the algorithm; the groups are the same three (the
 actor is ``OffPolicyActorWorker``, the env workers collect transitions), the runner is
-:class:`~rlinf_runners.OffPolicyRunner`.
+:class:`~rlinf_runners.OffPolicyRunner`, or :class:`~rlinf_runners.AsyncOffPolicyRunner` for ``runner.mode: async``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlinf_core.config import OFFPOLICY_LOSS_TYPES, unstructure_config
+from rlinf_core.config import OFFPOLICY_LOSS_TYPES
 
+from .._async_offpolicy import AsyncOffPolicyRunner
 from .._offpolicy import OffPolicyRunner
-from ._app import OnStep
 
 if TYPE_CHECKING:
     from ._embodied import EmbodiedConfig
@@ -48,10 +48,6 @@ def offpolicy_problems(
             f"actor.model.add_q_head must be true for algorithm.loss_type {alg.loss_type!r} "
             "(the tanh-Gaussian policy and its Q heads; with add_value_head: false)"
         )
-    if cfg.runner.mode != "sync":
-        problems.append(
-            f"runner.mode {cfg.runner.mode!r}: off-policy training runs synchronously (allowed: 'sync')"
-        )
     if not cfg.env.train.auto_reset:
         problems.append(
             "env.train.auto_reset must be true for off-policy training (transitions span episodes)"
@@ -74,17 +70,14 @@ def offpolicy_problems(
     return problems
 
 
-def build_offpolicy_runner(
-    cfg: EmbodiedConfig, groups: Mapping[str, Any], *, on_step: OnStep | None = None
-) -> OffPolicyRunner:
-    """The :class:`~rlinf_runners.OffPolicyRunner` of ``cfg`` over the launched groups."""
-    return OffPolicyRunner(
-        cfg.runner,
-        actor=groups["actor"],
-        rollout=groups["rollout"],
-        env=groups["env"],
-        random_warmup_steps=cfg.algorithm.random_warmup_steps,
-        rollout_epoch=cfg.algorithm.rollout_epoch,
-        run_config=unstructure_config(cfg),
-        on_step=on_step,
-    )
+def build_offpolicy_runner(cfg: EmbodiedConfig, common: Mapping[str, Any]) -> OffPolicyRunner:
+    """The runner of ``cfg`` (``OffPolicyRunner``; ``AsyncOffPolicyRunner`` for ``runner.mode: async``).
+
+    ``common``: the keywords every embodied runner takes (the groups, ``rollout_epoch``, ``run_config``,
+    ``on_step``).
+    """
+    warmup = cfg.algorithm.random_warmup_steps
+    if cfg.runner.mode == "async":
+        k = cfg.algorithm.staleness_threshold
+        return AsyncOffPolicyRunner(cfg.runner, random_warmup_steps=warmup, staleness_threshold=k, **common)
+    return OffPolicyRunner(cfg.runner, random_warmup_steps=warmup, **common)
