@@ -35,8 +35,8 @@ def app() -> Any:
     return EmbodiedApp(APP_DIR)
 
 
-# A CartPole run small enough for a test: 4 envs x 8 steps, 2 training steps, tiny eval.
-SMALL = [
+# 2 training steps, an evaluation and a checkpoint after each, no progress bar, no logger backends.
+_RUNNER = [
     "runner.max_epochs=2",
     "runner.val_check_interval=1",
     "runner.save_interval=1",
@@ -44,6 +44,11 @@ SMALL = [
     "runner.progress_bar=false",
     "runner.step_timeout_s=120",
     "runner.logger.logger_backends=[]",
+]
+
+# A CartPole run small enough for a test: 4 envs x 8 steps, 2 training steps, tiny eval.
+SMALL = [
+    *_RUNNER,
     "env.train.total_num_envs=4",
     "env.train.max_steps_per_rollout_epoch=8",
     "env.eval.total_num_envs=4",
@@ -54,6 +59,57 @@ SMALL = [
     "actor.model.hidden_sizes=[16]",
     "algorithm.update_epoch=2",
 ]
+
+
+# A pendulum_sac run small enough for a test: 2 envs x 8 steps per training step, random actions in step 1,
+# 4 gradient steps per training step.
+SAC_SMALL = [
+    *_RUNNER,
+    "cluster.simulated_accelerators_per_node=4",
+    "env.train.total_num_envs=2",
+    "env.train.max_steps_per_rollout_epoch=8",
+    "env.eval.total_num_envs=2",
+    "env.eval.max_steps_per_rollout_epoch=20",
+    "env.eval.max_episode_steps=20",
+    "actor.global_batch_size=16",
+    "actor.micro_batch_size=16",
+    "actor.model.hidden_sizes=[16]",
+    "algorithm.utd_ratio=0.25",
+    "algorithm.random_warmup_steps=1",
+    "algorithm.replay_buffer.min_buffer_size=8",
+]
+
+
+_ASYNC_ONLY = ("time/", "staleness/", "rollout/env_steps_per_s")
+"""Metrics a synchronous and an asynchronous run differ in by design: wall-clock figures, the async bookkeeping."""
+
+
+def metric_records(metrics_file: Path, train_key: str) -> dict[tuple[int, str], dict[str, float]]:
+    """A run's records by ``(step, "train" | "eval")`` (train records hold ``train_key``), without ``_ASYNC_ONLY``."""
+    from rlinf_core.metrics import read_metrics
+
+    out: dict[tuple[int, str], dict[str, float]] = {}
+    for r in read_metrics(metrics_file):
+        kind = "train" if train_key in r else "eval"
+        out[(int(r["step"]), kind)] = {k: v for k, v in r.items() if not k.startswith(_ASYNC_ONLY)}
+    return out
+
+
+def assert_same_shared_metrics(
+    expected: dict[tuple[int, str], dict[str, float]],
+    got: dict[tuple[int, str], dict[str, float]],
+    *keys: tuple[int, str],
+    in_train: tuple[str, ...] = (),
+) -> None:
+    """Every metric the two runs' records ``keys`` (default: all of ``expected``) both hold is equal.
+
+    ``in_train``: metrics that each compared train record of both runs must hold.
+    """
+    for key in keys or expected:
+        shared = expected[key].keys() & got[key].keys()
+        if key[1] == "train":
+            assert set(in_train) <= shared, key
+        assert {k: expected[key][k] for k in shared} == {k: got[key][k] for k in shared}, key
 
 
 def assert_same_actor_state(a: Path, b: Path) -> None:

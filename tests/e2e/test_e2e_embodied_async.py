@@ -15,15 +15,11 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, SMALL, assert_same_actor_state
+from .conftest import APP_DIR, SMALL, assert_same_actor_state, assert_same_shared_metrics, metric_records
 
 pytestmark = pytest.mark.ray
 
 ASYNC = ["runner.mode=async", "algorithm.loss_type=decoupled_actor_critic"]
-
-# Metrics that differ between the two runners by design: wall-clock figures, the async runner's own
-# bookkeeping, and the loss metrics only one of the two losses reports.
-_ONLY_ONE = ("time/", "staleness/", "rollout/env_steps_per_s")
 
 
 def _cfg(app: EmbodiedApp, tmp_path: Path, *extra: str) -> Any:
@@ -40,11 +36,8 @@ def _cfg(app: EmbodiedApp, tmp_path: Path, *extra: str) -> Any:
 
 
 def _records(metrics_file: Path) -> dict[tuple[int, str], dict[str, float]]:
-    out: dict[tuple[int, str], dict[str, float]] = {}
-    for r in read_metrics(metrics_file):
-        kind = "train" if "train/actor/total_loss" in r else "eval"
-        out[(int(r["step"]), kind)] = {k: v for k, v in r.items() if not k.startswith(_ONLY_ONE)}
-    return out
+    # Loss metrics only one of the two losses reports are compared where both have them.
+    return metric_records(metrics_file, "train/actor/total_loss")
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +60,8 @@ def test_staleness_zero_reproduces_the_synchronous_run(
         )
     expected, got = _records(sync_run / "metrics.jsonl"), _records(tmp_path / "metrics.jsonl")
     assert expected.keys() == got.keys() and len(expected) == 9  # 4 train steps, 5 evaluations
-    for key, ref in expected.items():
-        shared = ref.keys() & got[key].keys()
-        if key[1] == "train":
-            assert {"env/num_episodes", "train/actor/policy_loss", "train/critic/value_loss"} <= shared
-        assert {k: ref[k] for k in shared} == {k: got[key][k] for k in shared}, key
+    losses = ("env/num_episodes", "train/actor/policy_loss", "train/critic/value_loss")
+    assert_same_shared_metrics(expected, got, in_train=losses)
     for r in read_metrics(tmp_path / "metrics.jsonl"):
         if "staleness/max" in r:
             assert r["staleness/max"] == 0 and r["staleness/frac_0"] == 1.0
@@ -113,9 +103,7 @@ def test_half_run_plus_resume_equals_a_straight_run_at_staleness_zero(
             sync_run / "checkpoints" / f"global_step_{step}", tmp_path / "checkpoints" / f"global_step_{step}"
         )
     expected, got = _records(sync_run / "metrics.jsonl"), _records(tmp_path / "metrics.jsonl")
-    for key in [(3, "train"), (4, "train"), (3, "eval"), (4, "eval")]:
-        shared = expected[key].keys() & got[key].keys()
-        assert {k: expected[key][k] for k in shared} == {k: got[key][k] for k in shared}, key
+    assert_same_shared_metrics(expected, got, (3, "train"), (4, "train"), (3, "eval"), (4, "eval"))
 
 
 def test_resume_with_a_positive_bound_continues_the_run(

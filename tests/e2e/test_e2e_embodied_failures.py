@@ -28,13 +28,26 @@ def test_killed_worker_ends_the_async_run(app: EmbodiedApp, tmp_path: Path, targ
     _kill_at_step_2(app, tmp_path, target, "runner.mode=async", "algorithm.loss_type=decoupled_actor_critic")
 
 
-@pytest.mark.parametrize("target", ["actor", pytest.param("env", marks=pytest.mark.slow)])
-def test_killed_worker_ends_the_offpolicy_run(app: EmbodiedApp, tmp_path: Path, target: str) -> None:
-    """pendulum_sac: the actor holds the replay buffer; its death must end the run like any other."""
+@pytest.mark.parametrize(
+    ("target", "mode"),
+    [
+        ("actor", "sync"),
+        pytest.param("env", "sync", marks=pytest.mark.slow),
+        # Slow: the failure path of an asynchronous run is AsyncEnvRunner's, already run by the PPO case above.
+        pytest.param("actor", "async", marks=pytest.mark.slow),
+        pytest.param("env", "async", marks=pytest.mark.slow),
+    ],
+)
+def test_killed_worker_ends_the_offpolicy_run(
+    app: EmbodiedApp, tmp_path: Path, target: str, mode: str
+) -> None:
+    """pendulum_sac: the actor holds the replay buffer; its death must end the run like any other. In an
+    asynchronous run the kill lands while the next batch is collected during the SAC steps."""
     _kill_at_step_2(
         app,
         tmp_path,
         target,
+        f"runner.mode={mode}",
         "algorithm.replay_buffer.min_buffer_size=16",
         config="pendulum_sac",
     )

@@ -12,32 +12,9 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, assert_same_actor_state
+from .conftest import APP_DIR, SAC_SMALL, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
-
-# 2 envs x 8 steps per training step, random actions in step 1, 4 gradient steps per training step.
-SMALL = [
-    "runner.max_epochs=2",
-    "runner.val_check_interval=1",
-    "runner.save_interval=1",
-    "runner.stop_eval_return=null",
-    "runner.progress_bar=false",
-    "runner.step_timeout_s=120",
-    "runner.logger.logger_backends=[]",
-    "cluster.simulated_accelerators_per_node=4",
-    "env.train.total_num_envs=2",
-    "env.train.max_steps_per_rollout_epoch=8",
-    "env.eval.total_num_envs=2",
-    "env.eval.max_steps_per_rollout_epoch=20",
-    "env.eval.max_episode_steps=20",
-    "actor.global_batch_size=16",
-    "actor.micro_batch_size=16",
-    "actor.model.hidden_sizes=[16]",
-    "algorithm.utd_ratio=0.25",
-    "algorithm.random_warmup_steps=1",
-    "algorithm.replay_buffer.min_buffer_size=8",
-]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +35,7 @@ def cluster(app: EmbodiedApp) -> Iterator[Any]:
 
 
 def _cfg(app: EmbodiedApp, tmp_path: Path, *extra: str) -> Any:
-    overrides = [*SMALL, f"runner.logger.log_path={tmp_path}", *extra]
+    overrides = [*SAC_SMALL, f"runner.logger.log_path={tmp_path}", *extra]
     return app.load_config(APP_DIR / "config" / "pendulum_sac.yaml", overrides)
 
 
