@@ -14,6 +14,7 @@ from typing import Any
 
 from ._agent import AgentApp, AgentConfig
 from ._app import App, AppRunner, OnStep, WorkerClasses, resolve_checkpoint, run_app
+from ._demos import main as make_demos
 from ._embodied import EmbodiedApp, EmbodiedConfig
 from ._llm import LLMApp
 from ._reasoning import ReasoningApp, ReasoningConfig
@@ -38,6 +39,7 @@ __all__ = [
     "ReasoningApp",
     "ReasoningConfig",
     "WorkerClasses",
+    "make_demos",
     "resolve_checkpoint",
     "run_app",
 ]
