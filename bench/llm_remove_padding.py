@@ -93,7 +93,9 @@ def main() -> None:
                 metrics[remove_padding] = out
             else:
                 times[remove_padding].append(time.perf_counter() - start)
-            print(f"rep {rep} remove_padding={remove_padding}: {time.perf_counter() - start:.2f} s", flush=True)
+            print(
+                f"rep {rep} remove_padding={remove_padding}: {time.perf_counter() - start:.2f} s", flush=True
+            )
     pad_s, pack_s = statistics.median(times[False]), statistics.median(times[True])
     print(
         f"batch 32 x {batch['input_ids'].shape[1]} columns, {live} attended tokens of {total} "
