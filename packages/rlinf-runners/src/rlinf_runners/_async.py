@@ -29,6 +29,7 @@ X)``), which supplies ``update`` and ``rollout_mode``, and implements :meth:`Asy
 
 from __future__ import annotations
 
+import abc
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -153,6 +154,7 @@ class AsyncEnvRunner(EnvRunner[A]):
         self._productions: dict[int, _Production] = {}
 
     # ------------------------------------------------------------------------------- what a subclass adds
+    @abc.abstractmethod
     def staleness_counts(self) -> list[dict[str, float]]:
         """Each actor rank's ``staleness/*`` counts of the received batch (before its update)."""
         raise NotImplementedError

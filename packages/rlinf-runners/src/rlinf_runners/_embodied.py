@@ -14,6 +14,7 @@ env, model or rollout code):
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -156,6 +157,7 @@ class EnvRunner(Runner, Generic[A]):
         """How the rollout acts in rollout batch ``batch``: ``random`` during the warm-up, then ``train``."""
         return "random" if batch < self.random_warmup_steps else "train"
 
+    @abc.abstractmethod
     def update(self) -> dict[str, float]:
         """The actor's update after a rollout batch was received: its metrics and ``time/train_s``."""
         raise NotImplementedError
