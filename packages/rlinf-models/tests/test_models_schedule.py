@@ -11,6 +11,7 @@ from rlinf_models.actor import (
     MetricMeans,
     accumulate_gradients,
     clip_gradients,
+    loss_shares,
     lr_scale,
     mean_over_ranks,
     micro_batches,
@@ -149,3 +150,15 @@ def test_accumulate_gradients_with_weights() -> None:
     assert w.grad is not None and torch.allclose(w.grad, torch.tensor([0.25, 2.25]))
     with pytest.raises(ValueError, match="1 weights for 2 micro-batches"):
         accumulate_gradients(micro, lambda x: ((w * x).sum(), {}), opt, metrics, [1.0])
+
+
+def test_loss_shares_weigh_by_loss_tokens_or_rows() -> None:
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
+    micro = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+    assert loss_shares(micro, mask, "token-mean") == [0.5, 0.5]
+    assert loss_shares([torch.tensor([0]), torch.tensor([1, 2, 3])], mask, "token-mean") == [2 / 6, 4 / 6]
+    assert loss_shares([torch.tensor([0]), torch.tensor([1, 2, 3])], mask, "seq-mean-token-mean") == [
+        0.25,
+        0.75,
+    ]
+    assert loss_shares([torch.tensor([3])], mask, "token-mean") is None

@@ -35,6 +35,7 @@ __all__ = [
     "accumulate_gradients",
     "check_layout",
     "clip_gradients",
+    "loss_shares",
     "lr_scale",
     "mean_over_ranks",
     "micro_batches",
@@ -207,6 +208,30 @@ def token_budget_micro_batches(
             starts = sorted([*starts, cut])
     bounds = [*starts, n]
     return [rows[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def loss_shares(
+    micro: Sequence[torch.Tensor], loss_mask: torch.Tensor, loss_agg_func: str
+) -> list[float] | None:
+    """Weights of micro-batches of unequal size: each one's share of its mini-batch's loss normaliser.
+
+    A token mean (``token-mean``) weighs by loss-mask tokens, the sequence means by rows, so that gradients
+    accumulated with these weights are those of the loss over the whole mini-batch.
+
+    Args:
+        micro: the micro-batches' row indices.
+        loss_mask: ``[N, T]`` loss mask of the rows the indices point into.
+        loss_agg_func: ``algorithm.loss_agg_func``.
+
+    Returns:
+        One weight per micro-batch (summing to 1), or ``None`` when the mini-batch has no loss token.
+    """
+    if loss_agg_func.lower() == "token-mean":
+        sizes = [float(loss_mask[m].sum()) for m in micro]
+    else:
+        sizes = [float(m.shape[0]) for m in micro]
+    total = sum(sizes)
+    return None if total == 0 else [size / total for size in sizes]
 
 
 def run_update(

@@ -52,6 +52,7 @@ from ..actor import (
     accumulate_gradients,
     check_layout,
     clip_gradients,
+    loss_shares,
     lr_scale,
     mean_over_ranks,
     micro_batches,
@@ -480,24 +481,6 @@ class FSDPActorBackend:
             count = min(int(needed.item()), rows.shape[0])
         return token_budget_micro_batches(rows, tokens, budget, count=count)
 
-    def _micro_weights(self, micro: list[torch.Tensor], b: Mapping[str, torch.Tensor]) -> list[float] | None:
-        """Loss weights of micro-batches of unequal size: each one's share of the mini-batch's normaliser.
-
-        A token mean (``token-mean``) weighs by loss-mask tokens, the sequence means by rows, so the accumulated
-        gradient is that of the loss over the whole mini-batch of this rank. Fixed-size micro-batches keep the
-        plain mean (``None``).
-        """
-        if self.cfg.max_tokens_per_mbs is None:
-            return None
-        if self.algorithm.loss_agg_func.lower() == "token-mean":
-            sizes = [float(b["loss_mask"][m].sum()) for m in micro]
-        else:
-            sizes = [float(m.shape[0]) for m in micro]
-        total = sum(sizes)
-        if total == 0:
-            return None
-        return [size / total for size in sizes]
-
     def _fill_missing(self, b: dict[str, torch.Tensor], *, on_policy: bool) -> None:
         """Compute the ``old_logprobs`` / ``ref_logprobs`` / ``prev_values`` the update needs and lacks."""
         need_old = "old_logprobs" not in b and not on_policy
@@ -560,7 +543,10 @@ class FSDPActorBackend:
 
         def step(rows: torch.Tensor) -> None:
             micro = self._micro_split(rows, b["attention_mask"])
-            accumulate_gradients(micro, loss_fn, self.optimizer, metrics, self._micro_weights(micro, b))
+            weights = None
+            if self.cfg.max_tokens_per_mbs is not None:
+                weights = loss_shares(micro, b["loss_mask"], alg.loss_agg_func)
+            accumulate_gradients(micro, loss_fn, self.optimizer, metrics, weights)
             metrics.add({"actor/grad_norm": self._step()})
 
         steps = run_update(
