@@ -27,10 +27,22 @@ ALGO = AlgorithmConfig(update_epoch=2, normalize_advantages=True)
 T, E_PER_MSG, N_MSG = 8, 4, 2  # two env messages of 4 envs: 64 samples, 4 mini-batches of 16 per epoch
 
 
-def _actor_cfg(seed: int = 7) -> EmbodiedActorConfig:
+def _actor_cfg(seed: int = 7, threads: int | None = None) -> EmbodiedActorConfig:
     return EmbodiedActorConfig(
-        model=MODEL, optim=OptimConfig(lr=1e-2), global_batch_size=16, micro_batch_size=4, seed=seed
+        model=MODEL,
+        optim=OptimConfig(lr=1e-2),
+        global_batch_size=16,
+        micro_batch_size=4,
+        seed=seed,
+        torch_num_threads=threads,
     )
+
+
+class ThreadProbeActor(EmbodiedActorWorker):
+    """The actor, plus a look at the torch thread count its process ended up with."""
+
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
 
 
 def _messages(seed: int) -> list[dict[str, Any]]:
@@ -88,7 +100,7 @@ def cluster() -> Iterator[tuple[Cluster, dict[str, WorkerGroup]]]:
                     c, PackedPlacementStrategy(0, 1), name="act2"
                 ),
                 # Another seed: a resumed actor must take everything (weights, generator) from the checkpoint.
-                "act3": EmbodiedActorWorker.create_group(_actor_cfg(seed=99), ALGO, SPEC).launch(
+                "act3": ThreadProbeActor.create_group(_actor_cfg(seed=99, threads=3), ALGO, SPEC).launch(
                     c, PackedPlacementStrategy(2, 3), name="act3"
                 ),
                 "ro": StandInRollout.create_group().launch(c, PackedPlacementStrategy(2, 3), name="ro"),
@@ -194,3 +206,10 @@ def test_checkpoint_round_trip_continues_exactly(
     assert vc == va
     assert train_c["actor/policy_loss"] == pytest.approx(train_a["actor/policy_loss"], rel=1e-4, abs=1e-6)
     _assert_states_close(state_a, state_c, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_num_threads_is_set_in_each_actor_process(
+    cluster: tuple[Cluster, dict[str, WorkerGroup]],
+) -> None:
+    # act3 has actor.torch_num_threads=3 (more than the 2 CPUs Ray was given: the setting, not a default)
+    assert cluster[1]["act3"].torch_threads().wait(timeout=120) == [3, 3]

@@ -59,6 +59,9 @@ class EmbodiedActorConfig:
     """FSDP2 (``fully_shard``) when the actor group has more than one rank; plain torch for one rank."""
     enable_offload: bool = False
     """Move parameters and optimizer state to CPU between training phases (collocated GPU runs)."""
+    torch_num_threads: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """``torch.set_num_threads`` in each actor process (null: leave what the process has; a Ray worker without
+    ``num_cpus`` starts with one thread). More than one helps a CPU actor when it trains while the env waits."""
 
     def __attrs_post_init__(self) -> None:
         if self.global_batch_size % self.micro_batch_size:

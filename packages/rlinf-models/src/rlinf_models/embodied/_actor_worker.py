@@ -151,6 +151,8 @@ class EmbodiedActorWorker(Worker):
         total_steps: int | None = None,
         comm_timeout: float = 600.0,
     ) -> None:
+        if actor.torch_num_threads is not None:
+            torch.set_num_threads(actor.torch_num_threads)
         self.cfg = actor
         self.algorithm = algorithm
         self.spec = spec

@@ -62,6 +62,8 @@ class OffPolicyActorWorker(Worker):
             raise ValueError(
                 f"the off-policy actor runs on one rank; the placement gives it {self.world_size}"
             )
+        if actor.torch_num_threads is not None:
+            torch.set_num_threads(actor.torch_num_threads)
         self.cfg = actor
         self.comm_timeout = comm_timeout
         self.device = select_device()
