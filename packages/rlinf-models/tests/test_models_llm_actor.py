@@ -15,8 +15,7 @@ pytest.importorskip("transformers")
 from rlinf_core.config import AlgorithmConfig
 from rlinf_models import OptimConfig
 from rlinf_models.llm import CausalLMPolicy, LLMActorConfig, LLMActorWorker, LLMModelConfig, load_causal_lm
-from rlinf_models.llm.testing import make_tiny_model_dir
-from rlinf_scheduler import PackedPlacementStrategy, StaticClusterView, WorkerContext
+from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir
 
 torch.set_num_threads(1)
 
@@ -32,20 +31,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def local_actor(cfg: LLMActorConfig, algorithm: AlgorithmConfig, **kwargs: Any) -> LLMActorWorker:
     """A one-rank actor in this process (the context a group launch would install)."""
-    placement = PackedPlacementStrategy(0, 0).get_placement(StaticClusterView(num_nodes=1, accelerators=1))[0]
-    worker = LLMActorWorker.__new__(LLMActorWorker)
-    worker._rlinf_context = WorkerContext(
-        group_name="actor",
-        rank=0,
-        world_size=1,
-        namespace="test",
-        placement=placement,
-        node_ip="127.0.0.1",
-        master_addr="127.0.0.1",
-        env_vars={},
-    )
-    worker.__init__(cfg, algorithm, **kwargs)  # type: ignore[misc]
-    return worker
+    actor: LLMActorWorker = local_llm_actor(cfg, algorithm, **kwargs)
+    return actor
 
 
 def actor_cfg(model_dir: Path, **kwargs: Any) -> LLMActorConfig:

@@ -33,7 +33,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'rlinf_models.llm.testing needs the Hugging Face stack ({e}): pip install "rlinf-models[hf]"'
     ) from e
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TOOL_TOKENS", "make_tiny_model_dir"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TOOL_TOKENS", "local_llm_actor", "make_tiny_model_dir"]
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Special tokens of the tiny tokenizer (ids 0, 1, 2); ``<|im_end|>`` is both eos and pad."""
@@ -210,3 +210,31 @@ def make_tiny_model_dir(
     }
     (out / "rlinf_tiny_model.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out
+
+
+def local_llm_actor(cfg: Any, algorithm: Any, **kwargs: Any) -> Any:
+    """An ``LLMActorWorker`` of one rank in this process, without Ray (the context a group launch installs).
+
+    Args:
+        cfg: the ``LLMActorConfig``.
+        algorithm: the ``AlgorithmConfig``.
+        kwargs: the worker's other constructor arguments (``total_steps``, ...).
+    """
+    from rlinf_scheduler import PackedPlacementStrategy, StaticClusterView, WorkerContext
+
+    from ._actor_worker import LLMActorWorker
+
+    placement = PackedPlacementStrategy(0, 0).get_placement(StaticClusterView(num_nodes=1, accelerators=1))[0]
+    worker = LLMActorWorker.__new__(LLMActorWorker)
+    worker._rlinf_context = WorkerContext(
+        group_name="actor",
+        rank=0,
+        world_size=1,
+        namespace="test",
+        placement=placement,
+        node_ip="127.0.0.1",
+        master_addr="127.0.0.1",
+        env_vars={},
+    )
+    worker.__init__(cfg, algorithm, **kwargs)  # type: ignore[misc]
+    return worker
