@@ -65,6 +65,7 @@ CASES: dict[str, Callable[[Conv], Any]] = {
         behave_weight_threshold=2.0,
     ),
     "opd": lambda c: ra.compute_opd_actor_loss(c(LP), c(ADV), c(MASK), c(LMS), max_episode_steps=5),
+    "rollout_is_weights": lambda c: ra.rollout_importance_weights(c(LP), c(OLD), c(MASK), clip=1.2),
     "kl_k3": lambda c: ra.kl_penalty(c(LP), c(OLD), "k3"),
     "kl_k2": lambda c: ra.kl_penalty(c(LP), c(OLD), "k2"),
     "entropy": lambda c: ra.compute_entropy_from_logits(c(LP)),

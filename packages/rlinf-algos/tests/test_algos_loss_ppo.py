@@ -22,6 +22,7 @@ from rlinf_algos import (
     get_loss_agg_func,
     huber_loss,
     masked_mean,
+    rollout_importance_weights,
     stop_gradient,
 )
 
@@ -483,3 +484,22 @@ def test_critic_ignores_loss_agg_func_like_rlinf():
         loss_agg_func=get_loss_agg_func("seq-mean-token-sum"),
     )
     assert float(a) == float(b)
+
+
+def test_rollout_importance_weights_truncate_and_ignore_padding() -> None:
+    trainer = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.3, 0.3, 0.1]], requires_grad=True))
+    rollout = torch.log(torch.tensor([[0.25, 0.4, 0.3], [0.3, 0.6, 1e-12]]))
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    w, m = rollout_importance_weights(trainer, rollout, mask, clip=2.0)
+    # raw ratios 2, 0.5, 3 | 1, 0.5, (1e11: padding, huge but masked)
+    torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 2.0], [1.0, 0.5, 1.0]]))
+    assert not w.requires_grad  # a weight on the advantages, never differentiated
+    assert float(m["actor/is_clip_fraction"]) == pytest.approx(
+        1 / 5
+    )  # only the 3 is truncated (2 is not > 2)
+    assert float(m["actor/is_weight_mean"]) == pytest.approx((2 + 0.5 + 3 + 1 + 0.5) / 5, rel=1e-5)
+    assert float(m["actor/is_weight_max"]) == pytest.approx(3.0, rel=1e-5)
+    with pytest.raises(ValueError, match="importance_sampling_clip must be > 0"):
+        rollout_importance_weights(trainer, rollout, mask, clip=0.0)
+    with pytest.raises(ValueError):
+        rollout_importance_weights(trainer, rollout[:, :2], mask, clip=2.0)

@@ -112,6 +112,32 @@ def test_on_policy_shortcut_equals_recomputed_old_logprobs(model_dir: Path) -> N
         torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-7, msg=key)
 
 
+def test_importance_sampling_fix_weights_each_tokens_advantage(model_dir: Path) -> None:
+    """TIS: the update equals the plain one on advantages pre-multiplied by min(π_old/π_rollout, C)."""
+    batch = make_batch(seed=2)
+    fix = attrs.evolve(GRPO, importance_sampling_fix=True, importance_sampling_clip=1.5)
+    a = local_actor(actor_cfg(model_dir), fix)
+    b = local_actor(actor_cfg(model_dir), GRPO)
+    old = b.compute_logprobs(batch)["logprobs"]
+    g = torch.Generator().manual_seed(0)
+    rollout = old + 0.6 * torch.randn(old.shape, generator=g) * batch["loss_mask"]  # the engine's mismatch
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        a.run_training(batch)  # the correction needs the rollout's log-probs
+    ma = a.run_training({**batch, "rollout_logprobs": rollout})
+    w = torch.exp(old - rollout).clamp(max=1.5)
+    mb = b.run_training({**batch, "advantages": batch["advantages"] * w, "rollout_logprobs": rollout})
+    assert ma["actor/policy_loss"] == pytest.approx(mb["actor/policy_loss"], abs=1e-6)
+    sa, sb = state(a), state(b)
+    for key in sa:
+        torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-7, msg=key)
+    scored = batch["loss_mask"].bool()
+    raw = torch.exp(old - rollout)[scored]
+    assert ma["actor/is_clip_fraction"] == pytest.approx(float((raw > 1.5).float().mean()), abs=1e-6)
+    assert 0 < ma["actor/is_clip_fraction"] < 1
+    assert ma["actor/is_weight_mean"] == pytest.approx(float(raw.mean()), rel=1e-4)
+    assert "actor/is_weight_mean" not in mb  # off unless asked for
+
+
 def test_multi_epoch_minibatches_and_linear_lr(model_dir: Path) -> None:
     alg = AlgorithmConfig(
         adv_type="grpo", loss_type="actor", update_epoch=2, loss_agg_func="seq-mean-token-mean"

@@ -42,6 +42,7 @@ from ._losses import (
     compute_ppo_actor_loss,
     compute_ppo_critic_loss,
     huber_loss,
+    rollout_importance_weights,
     stop_gradient,
 )
 from ._masked import masked_mean, masked_sum, safe_normalize
@@ -207,6 +208,7 @@ __all__ = [
     "register_policy_loss",
     "reinpp",
     "reshape_entropy",
+    "rollout_importance_weights",
     "sac_actor_loss",
     "sac_alpha",
     "sac_alpha_param_init",

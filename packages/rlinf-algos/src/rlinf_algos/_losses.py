@@ -26,6 +26,7 @@ __all__ = [
     "compute_ppo_actor_loss",
     "compute_ppo_critic_loss",
     "huber_loss",
+    "rollout_importance_weights",
     "stop_gradient",
 ]
 
@@ -579,6 +580,58 @@ def compute_decoupled_ppo_actor_loss(
         metrics["actor/average_version"] = xp.mean(xp.astype(versions[bmask], logprobs.dtype))
         metrics["actor/current_version"] = _scalar(xp, float(current_version), logprobs)
     return pg_loss, metrics
+
+
+# ------------------------------------------------------------------------ rollout / trainer mismatch
+def rollout_importance_weights(
+    trainer_logprobs: Array,
+    rollout_logprobs: Array,
+    loss_mask: Array | None = None,
+    *,
+    clip: float,
+) -> tuple[Array, Metrics]:
+    """Truncated importance weights of the trainer's policy over the rollout engine's (no gradient).
+
+    ``w = min(exp(trainer_logprobs - rollout_logprobs), clip)``, RLinf's ``importance_sampling_fix``. The rollout engine (vLLM, SGLang, another dtype or kernel) samples from a slightly different distribution
+    than the trainer scores; multiplying the advantages by ``w`` corrects the policy gradient for that gap,
+    truncated at ``clip`` to bound its variance (truncated importance sampling).
+
+    Args:
+        trainer_logprobs: ``[...]`` log-probs of the sampled tokens under the trainer's behaviour policy (the
+            recomputed old log-probs).
+        rollout_logprobs: same shape, as reported by the rollout engine.
+        loss_mask: boolean (or 0/1) broadcastable to the log-probs: the tokens the metrics cover.
+        clip: the truncation ``C > 0``.
+
+    Returns:
+        ``(w, metrics)``: ``w`` shaped like the log-probs (1 where the mask is false), and
+        ``actor/is_weight_mean`` (masked mean of the untruncated weights), ``actor/is_weight_max`` and
+        ``actor/is_clip_fraction`` (share of masked tokens truncated).
+
+    Raises:
+        ValueError: on a shape mismatch or ``clip <= 0``.
+    """
+    if not clip > 0:
+        raise ValueError(f"importance_sampling_clip must be > 0, got {clip}")
+    check_same_shape(trainer_logprobs=trainer_logprobs, rollout_logprobs=rollout_logprobs)
+    xp = namespace(trainer_logprobs, rollout_logprobs, loss_mask)
+    # exp of a clamped log-ratio: a token the rollout found far less likely cannot overflow to inf
+    log_w = xp.clip(stop_gradient(trainer_logprobs) - stop_gradient(rollout_logprobs), min=-20.0, max=20.0)
+    raw = xp.exp(log_w)
+    mask = (
+        xp.ones(raw.shape, dtype=xp.bool, device=array_api_compat.device(raw))
+        if loss_mask is None
+        else to_bool(xp, loss_mask) & xp.ones(raw.shape, dtype=xp.bool, device=array_api_compat.device(raw))
+    )
+    weights = xp.where(mask, xp.clip(raw, max=float(clip)), 1.0)
+    count = int(xp.count_nonzero(mask))
+    clipped = xp.count_nonzero((raw > clip) & mask)
+    metrics: Metrics = {
+        "actor/is_weight_mean": masked_mean(raw, mask),
+        "actor/is_weight_max": xp.max(xp.where(mask, raw, 0.0)) if count else xp.sum(raw * 0.0),
+        "actor/is_clip_fraction": xp.astype(clipped, raw.dtype) / max(count, 1),
+    }
+    return weights, metrics
 
 
 # ------------------------------------------------------------------------------------------------- OPD

@@ -83,6 +83,13 @@ class AlgorithmConfig:
     """Coefficient of the KL-to-reference term added to the LLM actor loss (0: no reference model)."""
     kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "kl"
     """Per-token KL estimator of ``kl_beta`` and ``reinpp_kl_beta`` (``k3`` = ``low_var_kl``: low variance, >= 0)."""
+    importance_sampling_fix: bool = False
+    """LLM: correct for the rollout engine sampling from a slightly different distribution than the trainer
+    scores (another engine, dtype or kernel): each token's advantage is multiplied by
+    ``min(exp(old_logprob - rollout_logprob), importance_sampling_clip)`` (truncated importance sampling; needs
+    the rollout's log-probs, which the reasoning and agent runners always pass). Logged as ``actor/is_*``."""
+    importance_sampling_clip: float = attrs.field(default=2.0, validator=v.gt(0.0))
+    """The truncation of ``importance_sampling_fix``'s weights (RLinf's example config uses 1.0)."""
     critic_warmup_steps: int = attrs.field(default=0, validator=v.ge(0))
     """Optimizer steps during which only the critic learns (policy loss zeroed)."""
     bootstrap_type: Literal["standard", "always"] = "standard"

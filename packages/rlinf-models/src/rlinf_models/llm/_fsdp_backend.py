@@ -29,6 +29,7 @@ from rlinf_algos import (
     get_loss_agg_func,
     kl_penalty,
     policy_loss,
+    rollout_importance_weights,
 )
 from rlinf_core.config import AlgorithmConfig
 from torch import nn
@@ -416,13 +417,19 @@ class FSDPActorBackend:
         )
         logprobs = out["logprobs"]
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
+        advantages, is_metrics = mb["advantages"], dict[str, Any]()
+        if alg.importance_sampling_fix:
+            weights, is_metrics = rollout_importance_weights(
+                old, mb["rollout_logprobs"], mask, clip=alg.importance_sampling_clip
+            )
+            advantages = advantages * weights
         kwargs: dict[str, Any] = {
             "task_type": "reasoning",
             "loss_type": alg.loss_type,
             "loss_agg_func": self._loss_agg,
             "logprobs": logprobs,
             "old_logprobs": old,
-            "advantages": mb["advantages"],
+            "advantages": advantages,
             "loss_mask": mask,
             "clip_ratio_low": alg.clip_ratio_low,
             "clip_ratio_high": alg.clip_ratio_high,
@@ -440,7 +447,7 @@ class FSDPActorBackend:
             )
         loss, raw = policy_loss(**kwargs)
         # ``__sum__/`` keys are explained-variance statistics: MetricMeans sums them instead of averaging.
-        metrics = {key: float(val) for key, val in raw.items()}
+        metrics = {key: float(val) for key, val in (raw | is_metrics).items()}
         entropy = self._loss_agg(out["entropy"], mask, None)
         metrics["actor/entropy"] = float(entropy.detach())
         if "rollout_logprobs" in mb and bool(mask.any()):
@@ -508,7 +515,8 @@ class FSDPActorBackend:
         Returns:
             Global metrics: ``actor/policy_loss``, ``actor/clip_fraction``, ``actor/approx_kl``, ``actor/ratio``,
             ``actor/entropy``, ``actor/kl_loss`` (KL on), ``actor/total_loss``, ``actor/grad_norm``, ``actor/lr``,
-            ``actor/rollout_logprob_diff`` (with ``rollout_logprobs``), ``critic/value_loss`` and
+            ``actor/rollout_logprob_diff`` (with ``rollout_logprobs``), ``actor/is_weight_mean``,
+            ``actor/is_weight_max`` and ``actor/is_clip_fraction`` (``importance_sampling_fix``), ``critic/value_loss`` and
             ``critic/explained_variance`` (critic losses), ``actor/num_optimizer_steps``,
             ``actor/skipped_steps`` (total optimizer steps skipped for a non-finite gradient norm).
         """
@@ -516,6 +524,8 @@ class FSDPActorBackend:
         required: tuple[str, ...] = ("input_ids", "attention_mask", "loss_mask", "advantages")
         if self.critic:
             required = (*required, "returns")
+        if alg.importance_sampling_fix:
+            required = (*required, "rollout_logprobs")  # the weights compare the trainer to the rollout
         b = self._batch(batch, required)
         n, world, mbs, gbs = (
             b["input_ids"].shape[0],

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlinf_algos import get_loss_agg_func, kl_penalty, policy_loss
+from rlinf_algos import get_loss_agg_func, kl_penalty, policy_loss, rollout_importance_weights
 from rlinf_core.config import AlgorithmConfig
 
 try:
@@ -484,13 +484,20 @@ class MegatronActorBackend:
         mask = mb["loss_mask"].bool()
         logprobs, entropy = self._token_stats(logits, mb, entropy=True)
         assert entropy is not None
+        old = logprobs.detach() if on_policy else mb["old_logprobs"]
+        advantages, is_metrics = mb["advantages"], dict[str, Any]()
+        if alg.importance_sampling_fix:
+            weights, is_metrics = rollout_importance_weights(
+                old, mb["rollout_logprobs"], mask, clip=alg.importance_sampling_clip
+            )
+            advantages = advantages * weights
         kwargs: dict[str, Any] = {
             "task_type": "reasoning",
             "loss_type": alg.loss_type,
             "loss_agg_func": self._loss_agg,
             "logprobs": logprobs,
-            "old_logprobs": logprobs.detach() if on_policy else mb["old_logprobs"],
-            "advantages": mb["advantages"],
+            "old_logprobs": old,
+            "advantages": advantages,
             "loss_mask": mask,
             "clip_ratio_low": alg.clip_ratio_low,
             "clip_ratio_high": alg.clip_ratio_high,
@@ -499,7 +506,7 @@ class MegatronActorBackend:
             kwargs["clip_ratio_c"] = alg.clip_ratio_c
         loss, raw = policy_loss(**kwargs)
         # clones: the pipeline schedule divides the returned loss in place by the micro-batch count
-        metrics = {k: v.detach().float().clone() for k, v in raw.items()}
+        metrics = {k: v.detach().float().clone() for k, v in (raw | is_metrics).items()}
         ent = self._loss_agg(entropy, mask, None)
         metrics["actor/entropy"] = ent.detach().clone()
         if alg.entropy_bonus > 0:
@@ -566,7 +573,10 @@ class MegatronActorBackend:
             ``actor/total_loss``, ``actor/grad_norm``, ``actor/lr``, ``actor/num_optimizer_steps``.
         """
         alg = self.algorithm
-        b = _check_batch(batch, ("input_ids", "attention_mask", "loss_mask", "advantages"))
+        required: tuple[str, ...] = ("input_ids", "attention_mask", "loss_mask", "advantages")
+        if alg.importance_sampling_fix:
+            required = (*required, "rollout_logprobs")
+        b = _check_batch(batch, required)
         n, d, mbs, gbs = (
             b["input_ids"].shape[0],
             self.dp_size,
