@@ -44,9 +44,9 @@ ALGO = AlgorithmConfig(
 TEMPERATURE = 0.8
 
 
-def _cfg(model_dir: Path, seed: int = 3) -> LLMActorConfig:
+def _cfg(model_dir: Path, seed: int = 3, *, lora: bool = False) -> LLMActorConfig:
     return LLMActorConfig(
-        model=LLMModelConfig(model_path=str(model_dir), add_value_head=True),
+        model=LLMModelConfig(model_path=str(model_dir), add_value_head=True, is_lora=lora, lora_rank=4),
         optim=OptimConfig(lr=5e-3, clip_grad=1.0),
         global_batch_size=8,
         micro_batch_size=2,
@@ -141,6 +141,10 @@ def groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "a2": LLMActorWorker.create_group(_cfg(model_dir), ALGO).launch(
                     c, PackedPlacementStrategy(0, 1), name="a2"
                 ),
+                "l1": LocalGroup(_cfg(model_dir, lora=True), ALGO),
+                "l2": LLMActorWorker.create_group(_cfg(model_dir, lora=True), ALGO).launch(
+                    c, PackedPlacementStrategy(0, 1), name="l2"
+                ),
                 "ro": StandInRollout.create_group(str(model_dir)).launch(
                     c, PackedPlacementStrategy(2, 2), name="ro"
                 ),
@@ -218,3 +222,21 @@ def test_two_fsdp_ranks_make_the_same_update_and_sync_it(groups: dict[str, Any],
     s2 = _all_same(a2.run_sft(sft).wait(timeout=120))
     assert s2["sft/loss"] == pytest.approx(s1["sft/loss"], rel=1e-4)
     assert s2["sft/grad_norm"] == pytest.approx(s1["sft/grad_norm"], rel=1e-3)
+
+
+def test_lora_on_two_fsdp_ranks_matches_one_and_syncs_merged_weights(groups: dict[str, Any]) -> None:
+    """FSDP2 shards a model whose base weights are frozen and whose adapters train; the rollout gets W + sBA."""
+    l1, l2, ro = groups["l1"], groups["l2"], groups["ro"]
+    batch = _batch(seed=7)
+    m1 = _all_same(_wait(l1.run_training(batch)))
+    m2 = _all_same(l2.run_training(batch).wait(timeout=300))
+    for key in m1:
+        assert m2[key] == pytest.approx(m1[key], rel=1e-3, abs=1e-5), key
+    valid = batch["loss_mask"].bool()
+    after1 = _wait(l1.compute_logprobs(batch))[0]["logprobs"]
+    after2 = _all_same(l2.compute_logprobs(batch).wait(timeout=120))["logprobs"]
+    torch.testing.assert_close(after2[valid], after1[valid], rtol=1e-3, atol=1e-4)
+    _sync(l2, ro)
+    torch.testing.assert_close(
+        ro.logprobs(batch).wait(timeout=120)[0][valid], after2[valid], rtol=1e-5, atol=1e-5
+    )

@@ -56,6 +56,30 @@ class LLMModelConfig:
         default="sdpa", validator=v.in_(("sdpa", "eager", "flash_attention_2"))
     )
     """Attention kernel passed to ``from_pretrained`` (``sdpa``, ``eager`` or ``flash_attention_2``)."""
+    is_lora: bool = False
+    """Train LoRA adapters (peft) on the ``lora_target_modules`` instead of the whole model: the base weights
+    stay frozen, the rollout and exports get the merged weights ``W + (alpha / rank) B A``."""
+    lora_rank: int = attrs.field(default=32, validator=v.ge(1))
+    """Rank of the adapters (``A: [rank, in]``, ``B: [out, rank]``)."""
+    lora_alpha: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    """LoRA scaling numerator: updates are scaled by ``lora_alpha / lora_rank`` (null: ``lora_rank``, scale 1)."""
+    lora_dropout: float = attrs.field(default=0.0, validator=[v.ge(0.0), v.lt(1.0)])
+    """Dropout on the adapters' input during training."""
+    lora_target_modules: tuple[str, ...] = attrs.field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        converter=tuple,
+        validator=v.min_len(1),
+    )
+    """Names (last component) of the linear layers that get adapters: by default every attention and MLP
+    projection of a Llama/Qwen-style decoder (not the LM head, which small models tie to the embeddings)."""
+    lora_path: str | None = attrs.field(default=None, validator=_non_empty)
+    """A PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``, as ``rlinf-export``
+    and ``save_hf`` write beside a LoRA model) to start from instead of fresh adapters."""
+
+    @property
+    def lora_scaling(self) -> float:
+        """``lora_alpha / lora_rank``."""
+        return (self.lora_alpha if self.lora_alpha is not None else float(self.lora_rank)) / self.lora_rank
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +135,11 @@ class LLMActorConfig:
                 f"actor.use_remove_padding applies to training_backend: fsdp, not {self.training_backend!r} "
                 "(set it to false)"
             )
+        if self.model.is_lora and self.training_backend != "fsdp":
+            raise ValueError(
+                f"actor.model.is_lora applies to training_backend: fsdp, not {self.training_backend!r} "
+                "(set it to false)"
+            )
         if self.megatron is not None and self.training_backend != "megatron":
             raise ValueError(
                 f"actor.megatron is set but actor.training_backend is {self.training_backend!r}: the megatron "
@@ -148,4 +177,11 @@ def model_path_problems(cfg: LLMModelConfig, where: str = "actor.model") -> list
             )
         elif needs_config and not (local / "config.json").is_file():
             problems.append(f"{where}.{key}: {value!r} has no config.json (not a Hugging Face checkpoint)")
+    if cfg.is_lora and cfg.lora_path is not None:
+        adapter = Path(cfg.lora_path).expanduser()
+        if not (adapter / "adapter_config.json").is_file():
+            problems.append(
+                f"{where}.lora_path: {cfg.lora_path!r} has no adapter_config.json (expected a PEFT adapter "
+                "directory)"
+            )
     return problems

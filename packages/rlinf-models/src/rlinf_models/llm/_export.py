@@ -14,7 +14,8 @@ weights) and the training backend:
 
 The output is written into a staging directory renamed into place, loads with
 ``AutoModelForCausalLM.from_pretrained`` and vLLM, and serves as ``actor.model.model_path`` /
-``rollout.model_path`` of another run. A value head (PPO critic) goes to ``value_head.pt`` beside it.
+``rollout.model_path`` of another run. A value head (PPO critic) goes to ``value_head.pt`` beside it. A LoRA
+run's adapters are merged into the weights, and also written alone, in PEFT's format, to ``lora_adapter/``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import torch
 from rlinf_core.checkpoint import CheckpointError, find_latest_checkpoint, is_complete
 
 from .._files import replace_directory
+from ._config import LLMModelConfig
+from ._lora import ADAPTER_DIR, has_lora_weights, merge_lora_state, write_peft_adapter
 
 __all__ = ["export_checkpoint", "main", "resolve_checkpoint"]
 
@@ -68,12 +71,15 @@ def _run_config(ckpt: Path) -> dict[str, Any]:
     return config
 
 
-def _actor_settings(ckpt: Path, model_path: str | None, backend: str | None) -> tuple[str, str]:
-    """``(model_path, backend)`` of the run, the arguments taking precedence over the stored config."""
+def _actor_settings(
+    ckpt: Path, model_path: str | None, backend: str | None
+) -> tuple[str, str, Mapping[str, Any]]:
+    """``(model_path, backend, actor.model block)`` of the run, the arguments taking precedence."""
+    meta = ckpt / "meta.json"
     actor: Mapping[str, Any] = {}
-    if model_path is None or backend is None:
+    if model_path is None or backend is None or meta.is_file():
         actor = _run_config(ckpt).get("actor") or {}
-    model = actor.get("model") or {}
+    model: Mapping[str, Any] = actor.get("model") or {}
     model_path = model_path or model.get("model_path")
     backend = backend or actor.get("training_backend") or "fsdp"
     if not model_path:
@@ -84,7 +90,7 @@ def _actor_settings(ckpt: Path, model_path: str | None, backend: str | None) -> 
         raise CheckpointError(
             f"actor.training_backend must be 'fsdp' or 'megatron' to export, got {backend!r}"
         )
-    return str(model_path), str(backend)
+    return str(model_path), str(backend), model
 
 
 def _fsdp_weights(actor_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -167,12 +173,23 @@ def export_checkpoint(
     if dtype is not None and dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     ckpt = resolve_checkpoint(checkpoint)
-    base_name, backend = _actor_settings(ckpt, model_path, backend)
+    base_name, backend, model_block = _actor_settings(ckpt, model_path, backend)
     base = resolve_model_path(base_name)
     actor_dir = ckpt / "actor"
     head: dict[str, torch.Tensor] = {}
+    adapters: dict[str, torch.Tensor] = {}
+    lora_cfg: LLMModelConfig | None = None
     if backend == "fsdp":
         weights, head = _fsdp_weights(actor_dir)
+        if has_lora_weights(weights):  # a LoRA run: merge the adapters, and keep them apart too
+            lora_keys = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+            lora_cfg = LLMModelConfig(
+                model_path=base_name,
+                is_lora=True,
+                **{k: model_block[k] for k in lora_keys if model_block.get(k) is not None},
+            )
+            adapters = weights
+            weights = merge_lora_state(weights, lora_cfg.lora_scaling)
     else:
         weights = _megatron_weights(actor_dir, base)
     config = AutoConfig.from_pretrained(base)
@@ -198,6 +215,8 @@ def export_checkpoint(
                 shutil.copy2(base / name, staging / name)
         if head:
             torch.save(head, staging / "value_head.pt")
+        if lora_cfg is not None:
+            write_peft_adapter(staging / ADAPTER_DIR, adapters, lora_cfg, str(base))
         (staging / "rlinf_export.json").write_text(
             json.dumps(
                 {"checkpoint": str(ckpt.resolve()), "base_model": str(base), "backend": backend}, indent=2

@@ -65,6 +65,7 @@ from ..actor import (
 from ._batch import check_batch
 from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
+from ._lora import ADAPTER_DIR, apply_lora, merge_lora_state, write_peft_adapter
 from ._policy import CausalLMPolicy
 
 __all__ = ["CHECKPOINT_SUBDIR", "FSDPActorBackend"]
@@ -91,9 +92,16 @@ def _shard(policy: CausalLMPolicy, mesh: Any, *, cpu_offload: bool) -> None:
     fully_shard(policy, **kwargs)
 
 
-def _hf_keys(state: Mapping[str, torch.Tensor], policy: CausalLMPolicy) -> dict[str, torch.Tensor]:
-    """Policy state dict → the wrapped HF model's keys (``model.`` prefix stripped, value head dropped)."""
+def _hf_keys(
+    state: Mapping[str, torch.Tensor], policy: CausalLMPolicy, lora_scaling: float | None = None
+) -> dict[str, torch.Tensor]:
+    """Policy state dict → the wrapped HF model's keys (``model.`` prefix stripped, value head dropped).
+
+    With LoRA (``lora_scaling`` set) the adapters are merged into the weights they wrap: the plain model's keys.
+    """
     out = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    if lora_scaling is not None:
+        out = merge_lora_state(out, lora_scaling)
     if getattr(policy.config, "tie_word_embeddings", False) and "lm_head.weight" not in out:
         emb = policy.model.get_input_embeddings()
         for name, param in policy.model.named_parameters():
@@ -191,7 +199,8 @@ class FSDPActorBackend:
         self.distributed = world > 1
         self._mesh = init_distributed(self.device) if self.distributed else None
 
-        torch.manual_seed(cfg.seed)  # the value head starts identical on every rank
+        self._lora_scaling = cfg.model.lora_scaling if cfg.model.is_lora else None
+        torch.manual_seed(cfg.seed)  # the value head (and LoRA's A) start identical on every rank
         self.policy = self._build_policy(trainable=True)
         self.ref_policy: CausalLMPolicy | None = None
         if algorithm.kl_beta > 0 or algorithm.reinpp_kl_beta > 0:
@@ -202,7 +211,8 @@ class FSDPActorBackend:
         value_ids = {id(p) for p in value_params}
         groups = [
             {
-                "params": [p for p in self.policy.parameters() if id(p) not in value_ids],
+                # frozen parameters (a LoRA run's base weights) get no optimizer state
+                "params": [p for p in self.policy.parameters() if id(p) not in value_ids and p.requires_grad],
                 "lr": optim.lr,
                 "initial_lr": optim.lr,
             }
@@ -229,6 +239,8 @@ class FSDPActorBackend:
 
     def _build_policy(self, *, trainable: bool) -> CausalLMPolicy:
         model = load_causal_lm(self.cfg.model)
+        if trainable and self.cfg.model.is_lora:
+            model = apply_lora(model, self.cfg.model)  # the reference model stays the base model
         policy = CausalLMPolicy(
             model,
             add_value_head=self.cfg.model.add_value_head and trainable,
@@ -649,6 +661,8 @@ class FSDPActorBackend:
             dist.broadcast_object_list(holder, src=0)
             state = holder[0]
         ref_state = {k: v for k, v in state.items() if not k.startswith("value_head.")}
+        if self._lora_scaling is not None:  # the reference is the plain model: merge the adapters into it
+            ref_state = merge_lora_state(ref_state, self._lora_scaling)
         load_full_model_state_dict(self.ref_policy, ref_state)
 
     # ---------------------------------------------------------------------------------------- export
@@ -659,7 +673,7 @@ class FSDPActorBackend:
         """
         self.onload()
         state = full_model_state_dict(self.policy)
-        result = _hf_keys(state, self.policy) if self.rank == 0 else {}
+        result = _hf_keys(state, self.policy, self._lora_scaling) if self.rank == 0 else {}
         if self.cfg.enable_offload:
             self.offload()
         return result
@@ -749,7 +763,16 @@ class FSDPActorBackend:
         if self.rank == 0:
 
             def fill(staging: Path) -> None:
-                self.policy.model.save_pretrained(staging, state_dict=_hf_keys(full, self.policy))
+                self.policy.model.save_pretrained(
+                    staging, state_dict=_hf_keys(full, self.policy, self._lora_scaling)
+                )
+                if self._lora_scaling is not None:
+                    adapters = {
+                        k.removeprefix("model."): v for k, v in full.items() if k.startswith("model.")
+                    }
+                    write_peft_adapter(
+                        staging / ADAPTER_DIR, adapters, self.cfg.model, self.cfg.model.model_path
+                    )
                 load_tokenizer(self.cfg.model).save_pretrained(staging)
                 head = {
                     k.removeprefix("value_head."): v for k, v in full.items() if k.startswith("value_head.")
