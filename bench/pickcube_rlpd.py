@@ -1,6 +1,7 @@
 """RLPD (scripted-expert demonstrations) vs SAC (none) on ManiSkill PickCube-v1, CPU sim, from the same seed.
 
     uv run python bench/pickcube_rlpd.py [--max-env-steps 20000] [--eval-every 800] [--seed 0] [--out FILE]
+        [--parallel] [--plot PNG] [--replot OUT_FILE --plot PNG]
 
 Each arm is one ``uv run apps/embodied/train.py`` spawned by the bench: ``maniskill_pickcube_rlpd`` (its demo
 file is generated first with ``apps/embodied/make_demos.py`` when missing, and that time is reported apart) and
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,28 @@ def table(rows: list[dict[str, Any]], cap: int) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Evaluation success rate against env steps, one line per arm, the target dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for r in rows:
+        steps = [step * ENV_STEPS_PER_TRAINING_STEP for step, _ in r["evals"]]
+        ax.plot(steps, [rate for _, rate in r["evals"]], marker="o", markersize=3, label=r["config"])
+    ax.axhline(TARGET, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("eval success rate (8 episodes)")
+    ax.set_title("ManiSkill PickCube-v1 (state, CPU sim): RLPD with 50 scripted demos vs SAC")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-env-steps", type=int, default=20_000)
@@ -130,15 +154,38 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--arms", nargs="+", default=["maniskill_pickcube_rlpd", "maniskill_pickcube_sac"])
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the arms at the same time (the env-step figures stay comparable; the seconds do not)",
+    )
+    parser.add_argument("--plot", type=Path, help="write the success-rate curves of the arms to this PNG")
+    parser.add_argument(
+        "--replot", type=Path, help="only redraw --plot from the rows of an earlier run's --out file"
+    )
     args = parser.parse_args()
+    if args.replot is not None:
+        if args.plot is None:
+            parser.error("--replot needs --plot")
+        lines = args.replot.read_text().splitlines()
+        plot([json.loads(line) for line in lines if line.startswith("{")], args.plot)
+        return 0
     demo_s = make_demos()
-    rows = []
-    for config in args.arms:
+
+    def arm(config: str) -> dict[str, Any]:
         row = run_arm(config, args.seed, args.max_env_steps, args.eval_every)
         print(json.dumps(row), file=sys.stderr, flush=True)
-        rows.append(row)
+        return row
+
+    if args.parallel:
+        with ThreadPoolExecutor(len(args.arms)) as pool:
+            rows = list(pool.map(arm, args.arms))
+    else:
+        rows = [arm(config) for config in args.arms]
     text = table(rows, args.max_env_steps) + f"\n\ndemo generation: {demo_s:.0f} s (0: the file existed)\n"
     print(text)
+    if args.plot is not None:
+        plot(rows, args.plot)
     if args.out is not None:
         args.out.write_text(text + "\n" + "\n".join(json.dumps(r) for r in rows) + "\n")
     return 0
