@@ -141,8 +141,20 @@ CASES: list[tuple[str, list[str], list[str]]] = [
             *SAC,
             "cluster.simulated_accelerators_per_node=2",
             'cluster.component_placement={actor: 0-1, "env,rollout": 0}',
+            "actor.global_batch_size=255",
+            "actor.micro_batch_size=255",
         ],
-        ["the off-policy actor runs on one rank", "gives it 2"],
+        ["actor.global_batch_size (255) must split evenly over the 2 off-policy actor ranks"],
+    ),
+    (
+        E,
+        [
+            *SAC,
+            "cluster.simulated_accelerators_per_node=2",
+            'cluster.component_placement={actor: 0-1, "env,rollout": 0}',
+            "algorithm.q_head_type=crossq",
+        ],
+        ["algorithm.q_head_type: crossq runs on one actor rank", "gives the actor 2"],
     ),
     # reasoning: paths, registries, sections of its own
     (R, ["actor.model.model_path=/nonexistent/model"], ["actor.model.model_path", "'smollm2-135m-instruct'"]),

@@ -17,13 +17,11 @@ pytest.importorskip("transformers")
 from rlinf_core.config import AlgorithmConfig
 from rlinf_models import OptimConfig
 from rlinf_models.llm import CausalLMPolicy, LLMActorConfig, LLMActorWorker, LLMModelConfig, load_causal_lm
-from rlinf_models.llm.testing import make_tiny_model_dir
+from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir
 from rlinf_scheduler import (
     Cluster,
     PackedPlacementStrategy,
-    StaticClusterView,
     Worker,
-    WorkerContext,
     WorkerGroup,
 )
 
@@ -80,21 +78,7 @@ class LocalGroup:
     """A one-rank actor in the test process, answering like a WorkerGroup call (a list with one result)."""
 
     def __init__(self, cfg: LLMActorConfig, algorithm: AlgorithmConfig) -> None:
-        placement = PackedPlacementStrategy(0, 0).get_placement(
-            StaticClusterView(num_nodes=1, accelerators=1)
-        )[0]
-        self.worker = LLMActorWorker.__new__(LLMActorWorker)
-        self.worker._rlinf_context = WorkerContext(
-            group_name="local",
-            rank=0,
-            world_size=1,
-            namespace="test",
-            placement=placement,
-            node_ip="127.0.0.1",
-            master_addr="127.0.0.1",
-            env_vars={},
-        )
-        self.worker.__init__(cfg, algorithm)  # type: ignore[misc]
+        self.worker = local_llm_actor(cfg, algorithm)
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.worker, name)

@@ -16,7 +16,7 @@ from rlinf_core.config import AlgorithmConfig
 from rlinf_models import OptimConfig
 from rlinf_models.llm import CausalLMPolicy, LLMActorConfig, LLMModelConfig, load_causal_lm
 from rlinf_models.llm._export import export_checkpoint, main
-from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir
+from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir, random_grpo_batch
 
 torch.set_num_threads(1)
 
@@ -40,18 +40,8 @@ def local_actor(model_dir: Path, *, value_head: bool = False) -> Any:
 
 
 def make_batch(seed: int) -> dict[str, torch.Tensor]:
-    """4 rows: a 4-token prompt, a 4-token response (the trained tokens); advantages +1, +1, -1, -1."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 500, (4, 8), generator=g)
-    loss_mask = torch.zeros(4, 8, dtype=torch.long)
-    loss_mask[:, 4:] = 1
-    adv = torch.tensor([[1.0], [1.0], [-1.0], [-1.0]]).expand(4, 8).contiguous()
-    return {
-        "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
-        "loss_mask": loss_mask,
-        "advantages": adv,
-    }
+    batch: dict[str, torch.Tensor] = random_grpo_batch(seed)
+    return batch
 
 
 def _save_run(actor: Any, log_path: Path, step: int, config: dict[str, Any]) -> Path:

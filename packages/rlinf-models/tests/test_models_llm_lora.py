@@ -23,7 +23,7 @@ from rlinf_models.llm import (
 )
 from rlinf_models.llm._export import export_checkpoint
 from rlinf_models.llm._lora import ADAPTER_DIR, apply_lora, merge_lora_state
-from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir
+from rlinf_models.llm.testing import local_llm_actor, make_tiny_model_dir, random_grpo_batch
 
 torch.set_num_threads(1)
 
@@ -52,17 +52,8 @@ def lora_actor(model: LLMModelConfig, **kw: Any) -> Any:
 
 
 def make_batch(seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 500, (4, 8), generator=g)
-    loss_mask = torch.zeros(4, 8, dtype=torch.long)
-    loss_mask[:, 4:] = 1
-    adv = torch.tensor([[1.0], [1.0], [-1.0], [-1.0]]).expand(4, 8).contiguous()
-    return {
-        "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
-        "loss_mask": loss_mask,
-        "advantages": adv,
-    }
+    batch: dict[str, torch.Tensor] = random_grpo_batch(seed)
+    return batch
 
 
 def score(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -83,11 +83,12 @@ def init_distributed(device: torch.device) -> DeviceMesh:
 
 
 def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = False) -> nn.Module:
-    """Apply ``fully_shard`` to every direct child holding parameters, then to the root (in place).
+    """Apply ``fully_shard`` to every direct child holding trainable parameters, then to the root (in place).
 
-    Each child is one all-gather unit; parameters of the root itself (e.g. a state-independent ``log_std``)
-    belong to the root unit. ``cpu_offload`` keeps the sharded parameters and optimizer state on the CPU between
-    uses (``CPUOffloadPolicy``; meaningful on CUDA only).
+    Each child is one all-gather unit (each member of a ``ModuleList`` / ``ModuleDict`` child, e.g. the Q
+    heads); parameters of the root itself (e.g. a state-independent ``log_std``) belong to the root unit.
+    ``cpu_offload`` keeps the sharded parameters and optimizer state on the CPU between uses
+    (``CPUOffloadPolicy``; meaningful on CUDA only).
 
     Returns:
         ``module`` (now an FSDP module whose parameters are sharded ``DTensor``s).
@@ -98,8 +99,11 @@ def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = Fal
     if cpu_offload and mesh.device_type == "cuda":
         kwargs["offload_policy"] = CPUOffloadPolicy()
     for child in module.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child, **kwargs)
+        # A container has no forward of its own (FSDP2 gathers around forward): shard its members instead.
+        members = list(child.children()) if isinstance(child, nn.ModuleList | nn.ModuleDict) else [child]
+        for member in members:
+            if any(p.requires_grad for p in member.parameters()):
+                fully_shard(member, **kwargs)
     fully_shard(module, **kwargs)
     return module
 

@@ -6,8 +6,25 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from rlinf_algos import rollout_importance_weights
+from rlinf_core.config import AlgorithmConfig
 
-__all__ = ["as_tensor", "check_batch"]
+__all__ = ["as_tensor", "check_batch", "corrected_advantages"]
+
+
+def corrected_advantages(
+    algorithm: AlgorithmConfig, old_logprobs: torch.Tensor, mb: Mapping[str, torch.Tensor], mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A micro-batch's advantages (with ``importance_sampling_fix``: times the truncated IS weights) and metrics.
+
+    The weights are ``rlinf_algos.rollout_importance_weights(old_logprobs, rollout_logprobs)``.
+    """
+    if not algorithm.importance_sampling_fix:
+        return mb["advantages"], {}
+    weights, metrics = rollout_importance_weights(
+        old_logprobs, mb["rollout_logprobs"], mask, clip=algorithm.importance_sampling_clip
+    )
+    return mb["advantages"] * weights, dict(metrics)
 
 
 def as_tensor(name: str, value: Any) -> torch.Tensor:

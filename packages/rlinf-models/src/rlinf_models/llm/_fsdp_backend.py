@@ -29,7 +29,6 @@ from rlinf_algos import (
     get_loss_agg_func,
     kl_penalty,
     policy_loss,
-    rollout_importance_weights,
 )
 from rlinf_core.config import AlgorithmConfig
 from torch import nn
@@ -62,7 +61,7 @@ from ..actor import (
     shuffled_minibatches,
     token_budget_micro_batches,
 )
-from ._batch import check_batch
+from ._batch import check_batch, corrected_advantages
 from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
 from ._lora import ADAPTER_DIR, apply_lora, merge_lora_state, write_peft_adapter
@@ -429,12 +428,7 @@ class FSDPActorBackend:
         )
         logprobs = out["logprobs"]
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
-        advantages, is_metrics = mb["advantages"], dict[str, Any]()
-        if alg.importance_sampling_fix:
-            weights, is_metrics = rollout_importance_weights(
-                old, mb["rollout_logprobs"], mask, clip=alg.importance_sampling_clip
-            )
-            advantages = advantages * weights
+        advantages, is_metrics = corrected_advantages(alg, old, mb, mask)
         kwargs: dict[str, Any] = {
             "task_type": "reasoning",
             "loss_type": alg.loss_type,

@@ -33,7 +33,14 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'rlinf_models.llm.testing needs the Hugging Face stack ({e}): pip install "rlinf-models[hf]"'
     ) from e
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TOOL_TOKENS", "local_llm_actor", "make_tiny_model_dir"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "TOOL_TOKENS",
+    "local_llm_actor",
+    "make_tiny_model_dir",
+    "random_grpo_batch",
+]
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Special tokens of the tiny tokenizer (ids 0, 1, 2); ``<|im_end|>`` is both eos and pad."""
@@ -238,3 +245,25 @@ def local_llm_actor(cfg: Any, algorithm: Any, **kwargs: Any) -> Any:
     )
     worker.__init__(cfg, algorithm, **kwargs)  # type: ignore[misc]
     return worker
+
+
+def random_grpo_batch(
+    seed: int, *, rows: int = 4, prompt_len: int = 4, response_len: int = 4
+) -> dict[str, Any]:
+    """A training batch of random token ids (3..499) without padding, for actor tests.
+
+    The response tokens are trained; the first half of the rows has advantage +1, the second half -1.
+    """
+    g = torch.Generator().manual_seed(seed)
+    t = prompt_len + response_len
+    ids = torch.randint(3, 500, (rows, t), generator=g)
+    loss_mask = torch.zeros(rows, t, dtype=torch.long)
+    loss_mask[:, prompt_len:] = 1
+    sign = torch.where(torch.arange(rows) < rows // 2, 1.0, -1.0)
+    adv = sign[:, None].expand(rows, t).contiguous()
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "loss_mask": loss_mask,
+        "advantages": adv,
+    }

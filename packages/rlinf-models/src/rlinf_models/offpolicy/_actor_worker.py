@@ -1,4 +1,4 @@
-"""``OffPolicyActorWorker``: the off-policy actor group (one rank): replay buffer in, SAC-family updates out.
+"""``OffPolicyActorWorker``: the off-policy actor group: replay buffer in, SAC-family updates out (FSDP2 over ranks).
 
 The runner drives it through the ``OffPolicyActor`` role::
 
@@ -18,12 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import EnvSpec, publish_weights, send_weights
 from rlinf_scheduler import Channel, Worker, timed
 
 from .._config import EmbodiedActorConfig
-from .._fsdp import load_rank_rng, save_checkpoint_files, save_rank_rng, select_device
+from .._fsdp import (
+    full_model_state_dict,
+    init_distributed,
+    load_full_model_state_dict,
+    load_rank_rng,
+    save_checkpoint_files,
+    save_rank_rng,
+    select_device,
+    shard_module,
+)
 from ..embodied import gather_trajectories, staleness_counts
 from ..policies import SquashedGaussianPolicy
 from ._trainer import SACTrainer
@@ -37,8 +47,11 @@ CHECKPOINT_SUBDIR = "actor"
 class OffPolicyActorWorker(Worker):
     """Hosts a :class:`SACTrainer`: trajectories from the env channel go into its replay buffer; updates sample it.
 
-    The group has one rank: off-policy updates are many small sequential steps, which data parallelism would
-    slow down rather than speed up at these model sizes.
+    With more than one rank the policy and critics are sharded with FSDP2 (``fully_shard``, gloo on the CPU,
+    NCCL on GPUs) and the ranks split each gradient step's batch (see :class:`SACTrainer`): every rank receives
+    every transition (the env puts each trajectory under every actor rank's key), so the replay buffers stay
+    identical. Off-policy updates are many small sequential steps, so this pays off for large (e.g. image)
+    networks; the small MLPs of the state-based configs train fastest on one rank.
 
     Args:
         actor: the ``actor:`` config (``model`` with ``add_q_head``, optimizer, batch size, seed).
@@ -47,7 +60,8 @@ class OffPolicyActorWorker(Worker):
         comm_timeout: default seconds to wait for trajectories and for the weight-sync broadcast.
 
     Raises:
-        ValueError: when the group has more than one rank.
+        ValueError: with several ranks, when ``actor.global_batch_size`` does not split over them or the
+            critics are CrossQ's.
     """
 
     def __init__(
@@ -58,18 +72,31 @@ class OffPolicyActorWorker(Worker):
         *,
         comm_timeout: float = 600.0,
     ) -> None:
-        if self.world_size != 1:
-            raise ValueError(
-                f"the off-policy actor runs on one rank; the placement gives it {self.world_size}"
-            )
         if actor.torch_num_threads is not None:
             torch.set_num_threads(actor.torch_num_threads)
         self.cfg = actor
         self.comm_timeout = comm_timeout
         self.device = select_device()
-        torch.manual_seed(actor.seed)
+        torch.manual_seed(actor.seed)  # identical weights and noise on every rank
         self.policy = SquashedGaussianPolicy(spec, actor.model).to(self.device)
-        self.trainer = SACTrainer(self.policy, spec, actor, algorithm, device=self.device)
+        shard = None
+        if self.world_size > 1:
+            mesh = init_distributed(self.device)
+
+            def shard(module: torch.nn.Module) -> torch.nn.Module:
+                return shard_module(module, mesh)
+
+            shard(self.policy)
+        self.trainer = SACTrainer(
+            self.policy,
+            spec,
+            actor,
+            algorithm,
+            device=self.device,
+            rank=self.rank,
+            world_size=self.world_size,
+            shard=shard,
+        )
         self._received = 0
         self._versions: torch.Tensor | None = None
 
@@ -78,7 +105,8 @@ class OffPolicyActorWorker(Worker):
         return self.trainer.train_steps
 
     def _rollout_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}
+        """The policy's full CPU state (collective under FSDP2: every rank calls it; rank 0's is complete)."""
+        return {k: v.detach().cpu() for k, v in full_model_state_dict(self.policy).items()}
 
     @timed(name="actor/sync_model_to_rollout")
     def sync_model_to_rollout(
@@ -108,13 +136,15 @@ class OffPolicyActorWorker(Worker):
         the rollout, which takes the newest message between two inference calls.
         """
         version = self.get_model_version()
-        publish_weights(
-            channel,
-            self._rollout_state(),
-            version,
-            rollout_world_size,
-            timeout=self.comm_timeout if timeout is None else timeout,
-        )
+        state = self._rollout_state()
+        if self.rank == 0:
+            publish_weights(
+                channel,
+                state,
+                version,
+                rollout_world_size,
+                timeout=self.comm_timeout if timeout is None else timeout,
+            )
         return version
 
     @timed(name="actor/recv_rollout_batch")
@@ -175,16 +205,18 @@ class OffPolicyActorWorker(Worker):
         and generator, the demo buffer's generator), ``rng_rank0.pkl``; each written atomically.
         """
         root = Path(path) / CHECKPOINT_SUBDIR
-        save_checkpoint_files(
-            root,
-            (
-                ("model.pt", self.policy.state_dict()),
-                ("critic.pt", self.trainer.critic_state_dict()),
-                ("optimizer.pt", self.trainer.optimizer_state_dict()),
-                ("trainer.pt", self.trainer.counters()),
-            ),
+        # collective under FSDP2: every rank gathers, rank 0 writes (the buffers are the same on every rank)
+        files = (
+            ("model.pt", full_model_state_dict(self.policy)),
+            ("critic.pt", self.trainer.critic_state_dict()),
+            ("optimizer.pt", self.trainer.optimizer_state_dict()),
+            ("trainer.pt", self.trainer.counters()),
         )
+        if self.rank == 0:
+            save_checkpoint_files(root, files)
         save_rank_rng(root, self.rank)
+        if self.world_size > 1:
+            dist.barrier()  # every rank returns once the files are complete
 
     def load_checkpoint(self, path: str) -> None:
         """Restore exactly what :meth:`save_checkpoint` wrote (from ``<path>/actor/``).
@@ -201,7 +233,7 @@ class OffPolicyActorWorker(Worker):
         def load(name: str) -> Any:
             return torch.load(root / name, map_location=self.device, weights_only=True)
 
-        self.policy.load_state_dict(load("model.pt"))
+        load_full_model_state_dict(self.policy, load("model.pt"))
         self.trainer.load_critic_state_dict(load("critic.pt"))
         self.trainer.load_optimizer_state_dict(load("optimizer.pt"))
         self.trainer.load_counters(torch.load(root / "trainer.pt", map_location="cpu", weights_only=True))

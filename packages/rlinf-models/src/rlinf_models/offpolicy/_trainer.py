@@ -12,15 +12,22 @@ One gradient step (:meth:`SACTrainer.update` makes ``num_steps`` of them):
 
 Randomness (reparameterised samples, target noise, head subsets) comes from torch's global generator, whose
 state the actor worker checkpoints; the buffers sample with their own generators, saved with their contents.
+
+Data parallel (``world_size > 1``, the networks sharded with FSDP2 by the worker): every rank holds the same
+buffers (the env sends every transition to every actor rank) and the same generators, so every rank samples the
+same global batch and draws the same global noise; rank ``r`` trains on rows ``[r·B/W, (r+1)·B/W)`` of both.
+FSDP2 averages the network gradients over ranks and the trainer averages the temperature's, so ``W`` ranks
+make the step one rank makes on the whole batch (up to the order of float additions).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from rlinf_algos.offpolicy import (
     crossq_critic_target,
     sac_actor_loss,
@@ -39,6 +46,12 @@ from rlinf_core.protocols import EnvSpec
 from torch import nn
 
 from .._config import EmbodiedActorConfig
+from .._fsdp import (
+    full_model_state_dict,
+    full_optimizer_state_dict,
+    load_full_model_state_dict,
+    load_full_optimizer_state_dict,
+)
 from ..policies import QEnsemble, SquashedGaussianPolicy
 from ._buffer import ReplayBuffer, SymmetricSampler
 
@@ -89,6 +102,13 @@ class SACTrainer:
         actor: the ``actor`` config (``model`` for the critics, ``optim``, ``global_batch_size`` = batch size).
         algorithm: the ``algorithm`` config (the off-policy fields, ``gamma``, ``bootstrap_type``).
         device: where the networks live (batches are moved there).
+        rank: this rank of the actor group (data parallel).
+        world_size: ranks of the actor group; more than one needs the default process group and ``shard``.
+        shard: applies FSDP2 to a module in place (the worker's mesh); the critics are sharded with it.
+
+    Raises:
+        ValueError: with several ranks, when ``actor.global_batch_size`` does not split evenly over them or the
+            critics are CrossQ's (batch renormalisation needs the whole batch's statistics).
     """
 
     def __init__(
@@ -99,10 +119,29 @@ class SACTrainer:
         algorithm: AlgorithmConfig,
         *,
         device: torch.device | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        shard: Callable[[nn.Module], nn.Module] | None = None,
     ) -> None:
         self.device = device or torch.device("cpu")
         self.algorithm = algorithm
         self.batch_size = actor.global_batch_size
+        self.rank, self.world_size = rank, world_size
+        if world_size > 1:
+            if actor.global_batch_size % world_size:
+                raise ValueError(
+                    f"actor.global_batch_size ({actor.global_batch_size}) must split evenly over the "
+                    f"{world_size} off-policy actor ranks"
+                )
+            if algorithm.q_head_type == "crossq":
+                raise ValueError(
+                    "algorithm.q_head_type: crossq runs on one actor rank (batch renormalisation needs the "
+                    "statistics of the whole batch); place the actor on one slot"
+                )
+            if shard is None:
+                raise ValueError("several off-policy actor ranks need shard (FSDP2 over the actor group)")
+        self.rows = actor.global_batch_size // world_size
+        """Rows of each sampled batch this rank trains on."""
         self.clip_grad = actor.optim.clip_grad
         self.crossq = algorithm.q_head_type == "crossq"
         self.td3 = algorithm.target_policy_noise is not None
@@ -111,6 +150,11 @@ class SACTrainer:
         self.target_critic: QEnsemble | None = None
         if not self.crossq:
             self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        if shard is not None:
+            shard(self.critic)
+            if self.target_critic is not None:
+                shard(self.target_critic)
+        self._noise_shape = (policy.chunks, spec.action_dim)
         optim = actor.optim
         kwargs: dict[str, Any] = {
             "betas": (optim.adam_beta1, optim.adam_beta2),
@@ -186,22 +230,41 @@ class SACTrainer:
                     counts[k] = counts.get(k, 0) + 1
                 done += 1
         self.train_steps += 1
-        metrics = {k: float(v) / counts[k] for k, v in sums.items()}
+        means = {k: v / counts[k] for k, v in sums.items()}
+        if self.world_size > 1 and means:  # each rank's means over its rows: their average is the batch's
+            keys = sorted(means)
+            stacked = torch.stack([means[k].detach().float() for k in keys])
+            dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
+            means = dict(zip(keys, stacked / self.world_size, strict=True))
+        metrics = {k: float(v) for k, v in means.items()}
         metrics["sac/num_updates"] = float(done)
         metrics["sac/alpha"] = float(self.alpha().detach())
         metrics["replay_buffer/size"] = float(len(self.buffer))
         metrics["replay_buffer/total_added"] = float(self.buffer.total_added)
         return metrics
 
+    def _noise(self) -> torch.Tensor:
+        """A standard-normal draw for the whole batch (the same on every rank), this rank's rows."""
+        eps = torch.randn(self.batch_size, *self._noise_shape, device=self.device)
+        return eps[self.rank * self.rows : (self.rank + 1) * self.rows]
+
     def _step(self) -> dict[str, torch.Tensor]:
+        lo, hi = self.rank * self.rows, (self.rank + 1) * self.rows
         batch = {
-            k: v.to(self.device, non_blocking=True) for k, v in self.sampler.sample(self.batch_size).items()
+            k: v[lo:hi].to(self.device, non_blocking=True)
+            for k, v in self.sampler.sample(self.batch_size).items()
         }
         metrics = self._critic_step(batch)
         self.update_steps += 1
         if self.update_steps % self.algorithm.critic_actor_ratio == 0:
             metrics.update(self._actor_step(batch["obs"]))
         if self.target_critic is not None and self.update_steps % self.algorithm.target_update_freq == 0:
+            # FSDP2 leaves a root unit's parameters gathered after a forward without backward: shard both
+            # sides again so the update pairs shard with shard
+            for module in (self.critic, self.target_critic):
+                reshard = getattr(module, "reshard", None)
+                if callable(reshard):
+                    reshard()
             soft_target_update(
                 self.target_critic.parameters(), self.critic.parameters(), tau=self.algorithm.tau
             )
@@ -211,8 +274,8 @@ class SACTrainer:
         """``a'`` (normalised) and ``log π(a'|s')`` ``[B, C*D]`` (``None`` under TD3 smoothing)."""
         with torch.no_grad():
             if self.td3:
-                mean, _ = self.policy.sample(next_obs, deterministic=True)
-                noise = torch.randn_like(mean)
+                mean, _ = self.policy(next_obs, deterministic=True)
+                noise = self._noise()
                 smoothed = td3_target_actions(
                     mean,
                     noise,
@@ -220,7 +283,7 @@ class SACTrainer:
                     noise_clip=self.algorithm.target_noise_clip,
                 )
                 return smoothed, None
-            action, logp = self.policy.sample(next_obs)
+            action, logp = self.policy(next_obs, noise=self._noise())
             return action, logp.reshape(logp.shape[0], -1)
 
     def _critic_step(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -270,7 +333,7 @@ class SACTrainer:
         return {"sac/critic_loss": loss.detach(), "critic/q_data": q.detach().mean()}
 
     def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        action, logp = self.policy.sample(obs)
+        action, logp = self.policy(obs, noise=self._noise())
         logp = logp.reshape(logp.shape[0], -1)
         self.critic.requires_grad_(False)
         if self.crossq:
@@ -292,6 +355,9 @@ class SACTrainer:
             alpha_loss = sac_temperature_loss(self.alpha(), logp, target_entropy=self.target_entropy).mean()
             self.alpha_optimizer.zero_grad(set_to_none=True)
             alpha_loss.backward()
+            if self.world_size > 1 and self.alpha_param.grad is not None:  # a replicated parameter
+                dist.all_reduce(self.alpha_param.grad, op=dist.ReduceOp.SUM)
+                self.alpha_param.grad.div_(self.world_size)
             _clip([self.alpha_param], self.alpha_clip_grad)
             self.alpha_optimizer.step()
             out["sac/alpha_loss"] = alpha_loss.detach()
@@ -299,33 +365,35 @@ class SACTrainer:
 
     # --------------------------------------------------------------------------------------- checkpoints
     def optimizer_state_dict(self) -> dict[str, Any]:
-        """The three optimizers' states."""
+        """The three optimizers' full states, keyed by parameter name (collective under FSDP2; rank 0's)."""
         return {
-            "actor": self.actor_optimizer.state_dict(),
-            "critic": self.critic_optimizer.state_dict(),
+            "actor": full_optimizer_state_dict(self.policy, self.actor_optimizer),
+            "critic": full_optimizer_state_dict(self.critic, self.critic_optimizer),
             "alpha": None if self.alpha_optimizer is None else self.alpha_optimizer.state_dict(),
         }
 
     def load_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`optimizer_state_dict`."""
-        self.actor_optimizer.load_state_dict(state["actor"])
-        self.critic_optimizer.load_state_dict(state["critic"])
+        """Restore :meth:`optimizer_state_dict` (at any world size)."""
+        load_full_optimizer_state_dict(self.policy, self.actor_optimizer, state["actor"])
+        load_full_optimizer_state_dict(self.critic, self.critic_optimizer, state["critic"])
         if self.alpha_optimizer is not None and state.get("alpha") is not None:
             self.alpha_optimizer.load_state_dict(state["alpha"])
 
     def critic_state_dict(self) -> dict[str, Any]:
-        """Critics, target critics and the temperature parameter."""
+        """Critics, target critics (full, collective under FSDP2) and the temperature parameter."""
         return {
-            "critic": self.critic.state_dict(),
-            "target_critic": None if self.target_critic is None else self.target_critic.state_dict(),
+            "critic": full_model_state_dict(self.critic),
+            "target_critic": None
+            if self.target_critic is None
+            else full_model_state_dict(self.target_critic),
             "alpha_param": self.alpha_param.detach().cpu().clone(),
         }
 
     def load_critic_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`critic_state_dict`."""
-        self.critic.load_state_dict(state["critic"])
+        """Restore :meth:`critic_state_dict` (at any world size)."""
+        load_full_model_state_dict(self.critic, state["critic"])
         if self.target_critic is not None and state.get("target_critic") is not None:
-            self.target_critic.load_state_dict(state["target_critic"])
+            load_full_model_state_dict(self.target_critic, state["target_critic"])
         with torch.no_grad():
             self.alpha_param.copy_(state["alpha_param"].to(self.alpha_param.device))
 

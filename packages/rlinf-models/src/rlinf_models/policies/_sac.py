@@ -69,15 +69,24 @@ class SquashedGaussianPolicy(nn.Module):
         out = self.head(self.body(self.encoder(x))).view(obs.shape[0], self.chunks, 2, self.spec.action_dim)
         return out[:, :, 0], out[:, :, 1].clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, obs: torch.Tensor, *, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, obs: torch.Tensor, *, deterministic: bool = False, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised actions ``[N, C, D]`` in ``[-1, 1]`` and their per-dimension log-probs ``[N, C, D]``.
 
         Reparameterised (``rsample``), so gradients flow from the actions and log-probs into the policy.
-        ``deterministic`` takes ``tanh(mean)`` (its log-prob is then that of the mean).
+        ``deterministic`` takes ``tanh(mean)`` (its log-prob is then that of the mean). ``noise`` ``[N, C, D]``
+        is the standard-normal draw to use (``u = mean + std · noise``) instead of a fresh one: data-parallel
+        trainers draw it for the whole batch on every rank and each takes its rows.
         """
         mean, log_std = self._mean_log_std(obs)
         dist = Normal(mean, log_std.exp())
-        u = mean if deterministic else dist.rsample()
+        if deterministic:
+            u = mean
+        elif noise is not None:
+            u = mean + log_std.exp() * noise
+        else:
+            u = dist.rsample()
         action = torch.tanh(u)
         logp = dist.log_prob(u)  # type: ignore[no-untyped-call]  # torch.distributions is unannotated
         logp = logp - torch.log(1.0 - action.pow(2) + _TANH_EPS)
@@ -107,9 +116,11 @@ class SquashedGaussianPolicy(nn.Module):
         """Zeros ``[N, 1]``: the off-policy policy has no state-value head (its critics are Q functions)."""
         return torch.zeros(obs.shape[0], 1, device=obs.device)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Same as :meth:`sample` (stochastic)."""
-        return self.sample(obs)
+    def forward(
+        self, obs: torch.Tensor, *, deterministic: bool = False, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same as :meth:`sample` (what a trainer calls: FSDP2 gathers the weights around ``forward``)."""
+        return self.sample(obs, deterministic=deterministic, noise=noise)
 
 
 class BatchRenorm1d(nn.Module):

@@ -63,9 +63,16 @@ def offpolicy_problems(
             f"algorithm.demo_buffer.load_path: no file {alg.demo_buffer.load_path!r}; write the scripted "
             f"expert's demonstrations there with `{MAKE_DEMOS} --config-name <this config>`"
         )
-    if world_sizes is not None and world_sizes["actor"] != 1:
+    actors = 1 if world_sizes is None else world_sizes["actor"]
+    if actors > 1 and cfg.actor.global_batch_size % actors:
         problems.append(
-            f"the off-policy actor runs on one rank; cluster.component_placement gives it {world_sizes['actor']}"
+            f"actor.global_batch_size ({cfg.actor.global_batch_size}) must split evenly over the {actors} "
+            "off-policy actor ranks cluster.component_placement gives"
+        )
+    if actors > 1 and alg.q_head_type == "crossq":
+        problems.append(
+            f"algorithm.q_head_type: crossq runs on one actor rank (batch renormalisation needs the whole "
+            f"batch); cluster.component_placement gives the actor {actors}"
         )
     return problems
 

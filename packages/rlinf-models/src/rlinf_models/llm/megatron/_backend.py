@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rlinf_algos import get_loss_agg_func, kl_penalty, policy_loss, rollout_importance_weights
+from rlinf_algos import get_loss_agg_func, kl_penalty, policy_loss
 from rlinf_core.config import AlgorithmConfig
 
 try:
@@ -59,7 +59,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..._files import replace_directory
 from ...actor import MetricMeans, lr_scale, resumed_schedule_total, run_update, shuffled_minibatches
-from .._batch import check_batch
+from .._batch import check_batch, corrected_advantages
 from .._config import LLMActorConfig
 from .._hf import resolve_model_path
 from ._config import MegatronConfig
@@ -485,12 +485,7 @@ class MegatronActorBackend:
         logprobs, entropy = self._token_stats(logits, mb, entropy=True)
         assert entropy is not None
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
-        advantages, is_metrics = mb["advantages"], dict[str, Any]()
-        if alg.importance_sampling_fix:
-            weights, is_metrics = rollout_importance_weights(
-                old, mb["rollout_logprobs"], mask, clip=alg.importance_sampling_clip
-            )
-            advantages = advantages * weights
+        advantages, is_metrics = corrected_advantages(alg, old, mb, mask)
         kwargs: dict[str, Any] = {
             "task_type": "reasoning",
             "loss_type": alg.loss_type,
