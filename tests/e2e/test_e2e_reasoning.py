@@ -188,6 +188,34 @@ def test_ppo_with_value_head_and_dapo_filters(
     assert rec["train/skipped"] == (1.0 if rec["dapo/kept_groups"] == 0 else 0.0)
 
 
+@pytest.mark.slow
+def test_lora_with_importance_sampling_fix_trains_and_exports(
+    app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path
+) -> None:
+    """The app with LoRA adapters and the rollout/trainer IS correction, then rlinf-export of its checkpoint."""
+    from rlinf_models.llm import LLMModelConfig, load_causal_lm
+    from rlinf_models.llm._export import export_checkpoint
+    from rlinf_models.llm._lora import ADAPTER_DIR
+
+    overrides = [
+        *tiny_overrides(tiny["model"], tiny["data"], tmp_path),
+        "runner.max_epochs=2",
+        "runner.val_check_interval=-1",
+        "runner.save_interval=2",
+        "actor.model.is_lora=true",
+        "actor.model.lora_rank=4",
+        "algorithm.importance_sampling_fix=true",
+    ]
+    cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml", overrides)
+    assert run_app(app, cfg, cluster=cluster).global_step == 2
+    records = [r for r in read_metrics(tmp_path) if "train/actor/policy_loss" in r]
+    assert len(records) == 2 and all("train/actor/is_weight_mean" in r for r in records)
+    out = export_checkpoint(tmp_path, tmp_path / "exported")
+    assert (out / ADAPTER_DIR / "adapter_model.safetensors").is_file()
+    model = load_causal_lm(LLMModelConfig(model_path=str(out)))
+    assert not any(".lora_" in k for k in model.state_dict())
+
+
 def test_one_step_plus_resume_is_bit_identical_to_two_straight_steps(
     app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path
 ) -> None:
