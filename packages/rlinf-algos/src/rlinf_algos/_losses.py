@@ -618,17 +618,14 @@ def rollout_importance_weights(
     # exp of a clamped log-ratio: a token the rollout found far less likely cannot overflow to inf
     log_w = xp.clip(stop_gradient(trainer_logprobs) - stop_gradient(rollout_logprobs), min=-20.0, max=20.0)
     raw = xp.exp(log_w)
-    mask = (
-        xp.ones(raw.shape, dtype=xp.bool, device=array_api_compat.device(raw))
-        if loss_mask is None
-        else to_bool(xp, loss_mask) & xp.ones(raw.shape, dtype=xp.bool, device=array_api_compat.device(raw))
-    )
+    everywhere = xp.ones(raw.shape, dtype=xp.bool, device=array_api_compat.device(raw))
+    mask = everywhere if loss_mask is None else xp.broadcast_to(to_bool(xp, loss_mask), raw.shape)
     weights = xp.where(mask, xp.clip(raw, max=float(clip)), 1.0)
     count = int(xp.count_nonzero(mask))
     clipped = xp.count_nonzero((raw > clip) & mask)
     metrics: Metrics = {
         "actor/is_weight_mean": masked_mean(raw, mask),
-        "actor/is_weight_max": xp.max(xp.where(mask, raw, 0.0)) if count else xp.sum(raw * 0.0),
+        "actor/is_weight_max": xp.max(xp.where(mask, raw, 0.0)) if count else _scalar(xp, 0.0, raw),
         "actor/is_clip_fraction": xp.astype(clipped, raw.dtype) / max(count, 1),
     }
     return weights, metrics

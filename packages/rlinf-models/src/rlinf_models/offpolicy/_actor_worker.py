@@ -106,7 +106,7 @@ class OffPolicyActorWorker(Worker):
 
     def _rollout_state(self) -> dict[str, torch.Tensor]:
         """The policy's full CPU state (collective under FSDP2: every rank calls it; rank 0's is complete)."""
-        return {k: v.detach().cpu() for k, v in full_model_state_dict(self.policy).items()}
+        return full_model_state_dict(self.policy)
 
     @timed(name="actor/sync_model_to_rollout")
     def sync_model_to_rollout(
