@@ -58,10 +58,10 @@ def test_cnn_on_images() -> None:
 
 def test_shape_mismatch_is_explained() -> None:
     with pytest.raises(
-        ValueError, match=r"model_type 'mlp' needs vector observations, got obs_shape \(8, 8, 3\)"
+        ValueError, match=r"model_type 'mlp' cannot encode images \['obs'\] \(shapes \[\[8, 8, 3\]\]\)"
     ):
-        build_policy(EnvSpec((8, 8, 3), "discrete", 1, num_actions=2))
-    with pytest.raises(ValueError, match="'cnn' needs"):
+        build_policy(EnvSpec((8, 8, 3), "discrete", 1, num_actions=2, obs_dtype="uint8"))
+    with pytest.raises(ValueError, match="'cnn' needs image observations"):
         build_policy(DISCRETE, PolicyConfig(model_type="cnn"))
 
 

@@ -22,7 +22,16 @@ import torch
 from rlinf_algos import compute_loss_mask
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, EpisodeStats, VecEnv
+from rlinf_core.protocols import (
+    EnvSpec,
+    EpisodeStats,
+    NpObs,
+    VecEnv,
+    obs_concat,
+    obs_index,
+    obs_map,
+    obs_stack,
+)
 from rlinf_scheduler import Channel, Worker, peer_slices
 
 from ._config import EnvConfig, VecEnvConfig
@@ -213,7 +222,12 @@ class EnvWorker(Worker):
             "world_size": self.world_size,
             "resets": self._resets,
             "stages": [
-                {"seed": st.seed, "env": st.env.get_state(), "obs": st.obs.copy(), "dones": st.dones.copy()}
+                {
+                    "seed": st.seed,
+                    "env": st.env.get_state(),
+                    "obs": obs_map(np.copy, st.obs),
+                    "dones": st.dones.copy(),
+                }
                 for st in self._train
             ],
             "rng": capture_rng_state(),
@@ -224,7 +238,7 @@ class EnvWorker(Worker):
         check_state_layout(state, self.world_size, [st.seed for st in self._train])
         for st, saved in zip(self._train, state["stages"], strict=True):
             st.env.set_state(saved["env"])
-            st.obs = np.asarray(saved["obs"]).copy()
+            st.obs = obs_map(lambda x: np.asarray(x).copy(), saved["obs"])
             st.dones = np.asarray(saved["dones"]).copy()
         self._resets = int(state["resets"])
         restore_rng_state(state["rng"])
@@ -326,7 +340,7 @@ class EnvWorker(Worker):
                 self._send_obs(rollout_group, peers, s, stage.obs, final_obs, deterministic=False)
         parts = [
             {
-                "obs": torch.from_numpy(np.stack(r["obs"])),
+                "obs": obs_map(torch.from_numpy, obs_stack(r["obs"])),
                 "actions": torch.from_numpy(np.stack(r["actions"])),
                 "rewards": torch.from_numpy(np.stack(r["rewards"])),
                 "dones": torch.from_numpy(np.stack(r["dones"])),
@@ -338,9 +352,9 @@ class EnvWorker(Worker):
         ]
         if self.collect_transitions:
             for part, r in zip(parts, rec, strict=True):
-                part["next_obs"] = torch.from_numpy(np.stack(r["next_obs"]))
+                part["next_obs"] = obs_map(torch.from_numpy, obs_stack(r["next_obs"]))
                 part["terminations"] = torch.from_numpy(np.stack(r["terms"]))
-        traj = {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+        traj = {k: obs_concat([p[k] for p in parts], axis=1) for k in parts[0]}
         if not self.cfg.train.auto_reset:
             # Steps after an env's episode ended are padding: mask them out of the loss (RLinf compute_loss_mask).
             traj["loss_mask"], traj["loss_mask_sum"] = compute_loss_mask(traj["dones"])
@@ -354,8 +368,8 @@ class EnvWorker(Worker):
         rollout_group: str,
         peers: list[tuple[int, int, int]],
         stage: int,
-        obs: np.ndarray,
-        final_obs: np.ndarray | None,
+        obs: NpObs,
+        final_obs: NpObs | None,
         *,
         deterministic: bool,
     ) -> None:
@@ -363,8 +377,8 @@ class EnvWorker(Worker):
             for peer, lo, hi in peers:
                 msg = {
                     "stage": stage,
-                    "obs": obs[lo:hi],
-                    "final_obs": None if final_obs is None else final_obs[lo:hi],
+                    "obs": obs_index(obs, slice(lo, hi)),
+                    "final_obs": None if final_obs is None else obs_index(final_obs, slice(lo, hi)),
                     "deterministic": deterministic,
                 }
                 self.send(msg, rollout_group, peer)

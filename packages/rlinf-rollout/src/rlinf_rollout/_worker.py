@@ -8,7 +8,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
-from rlinf_core.protocols import EnvSpec, WeightMessage, receive_weights, take_newest_weights
+from rlinf_core.protocols import (
+    EnvSpec,
+    WeightMessage,
+    obs_concat,
+    obs_len,
+    obs_map,
+    receive_weights,
+    take_newest_weights,
+)
 from rlinf_models.policies import (
     PolicyConfig,
     PolicyOutput,
@@ -199,21 +207,18 @@ class EmbodiedRolloutWorker(Worker):
     # ------------------------------------------------------------------------------------------ internals
     @torch.no_grad()
     def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
-        sizes = [len(m["obs"]) for m in msgs]
-        obs = torch.as_tensor(np.concatenate([np.asarray(m["obs"]) for m in msgs]))
+        sizes = [obs_len(m["obs"]) for m in msgs]
+        obs = obs_map(torch.as_tensor, obs_concat([m["obs"] for m in msgs]))
         deterministic = mode == "eval" or self.cfg.deterministic or bool(msgs[0].get("deterministic"))
         out = self.policy.act(obs, deterministic=deterministic)
-        n = obs.shape[0]
+        n = sum(sizes)
         if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy):
             out = PolicyOutput(self.policy.random_actions(n), torch.zeros_like(out.logprobs), out.values)
         logprobs = out.logprobs.reshape(n, -1)
         final_values = None
         if any(m.get("final_obs") is not None for m in msgs):
-            rows = [
-                np.asarray(m["final_obs"]) if m.get("final_obs") is not None else np.asarray(m["obs"])
-                for m in msgs
-            ]
-            final_values = self.policy.value(torch.as_tensor(np.concatenate(rows)))
+            rows = [m["final_obs"] if m.get("final_obs") is not None else m["obs"] for m in msgs]
+            final_values = self.policy.value(obs_map(torch.as_tensor, obs_concat(rows)))
         replies = []
         start = 0
         for size in sizes:

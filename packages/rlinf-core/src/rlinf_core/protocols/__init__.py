@@ -1,6 +1,19 @@
 """Protocols shared between packages (envs ↔ models ↔ rollout ↔ runners): env, weight sync, worker roles."""
 
 from ._env import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
+from ._obs import (
+    OBS_DTYPES,
+    NpObs,
+    ObsSpec,
+    flatten_obs,
+    obs_concat,
+    obs_index,
+    obs_len,
+    obs_map,
+    obs_stack,
+    obs_zeros,
+    unflatten_obs,
+)
 from ._roles import (
     ActorRole,
     AgentRollout,
@@ -28,6 +41,7 @@ from ._weights import (
 )
 
 __all__ = [
+    "OBS_DTYPES",
     "ActorRole",
     "AgentRollout",
     "CheckpointRole",
@@ -39,6 +53,8 @@ __all__ = [
     "EpisodeStats",
     "LLMActor",
     "LLMRollout",
+    "NpObs",
+    "ObsSpec",
     "OffPolicyActor",
     "OffloadRole",
     "RewardRole",
@@ -49,8 +65,16 @@ __all__ = [
     "WeightChannel",
     "WeightMessage",
     "WeightSyncPeer",
+    "flatten_obs",
+    "obs_concat",
+    "obs_index",
+    "obs_len",
+    "obs_map",
+    "obs_stack",
+    "obs_zeros",
     "publish_weights",
     "receive_weights",
     "send_weights",
     "take_newest_weights",
+    "unflatten_obs",
 ]

@@ -12,10 +12,13 @@ in, exactly as an uninterrupted run would.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+
+from ._obs import NpObs, ObsSpec
 
 __all__ = ["ChunkStepResult", "EnvSpec", "EpisodeStats", "VecEnv"]
 
@@ -24,13 +27,19 @@ __all__ = ["ChunkStepResult", "EnvSpec", "EpisodeStats", "VecEnv"]
 class EnvSpec:
     """What a policy needs to know about an environment.
 
+    Observations are one array per env (``obs_shape``, ``obs_dtype``) or, for tasks with cameras, a dict of
+    named arrays (``obs_dict``: e.g. ``{"rgb": ObsSpec((128, 128, 3), "uint8"), "state": ObsSpec((29,))}``); see
+    :mod:`rlinf_core.protocols._obs` for the conventions.
+
     Attributes:
-        obs_shape: shape of one observation, e.g. ``(4,)``.
+        obs_shape: shape of one array observation, e.g. ``(4,)``; ``()`` for dict observations.
         action_type: ``"discrete"`` (one integer per step) or ``"continuous"`` (a float vector per step).
         num_actions: number of discrete actions (discrete only).
         action_dim: length of the action vector (1 for discrete).
         action_low: lower bounds, shape ``[action_dim]`` (continuous only).
         action_high: upper bounds, shape ``[action_dim]`` (continuous only).
+        obs_dtype: element type of an array observation (``float32``, or ``uint8`` for one image).
+        obs_dict: the entries of a dict observation (``None``: array observations).
     """
 
     obs_shape: tuple[int, ...]
@@ -39,6 +48,20 @@ class EnvSpec:
     num_actions: int | None = None
     action_low: tuple[float, ...] | None = None
     action_high: tuple[float, ...] | None = None
+    obs_dtype: str = "float32"
+    obs_dict: Mapping[str, ObsSpec] | None = None
+
+    def __post_init__(self) -> None:
+        if self.obs_dict is not None and self.obs_shape != ():
+            raise ValueError(f"EnvSpec: dict observations have obs_shape (), got {self.obs_shape}")
+        ObsSpec(self.obs_shape, self.obs_dtype)  # validates the dtype
+
+    @property
+    def observation(self) -> ObsSpec | Mapping[str, ObsSpec]:
+        """The observation layout: one :class:`ObsSpec`, or a dict of them."""
+        if self.obs_dict is not None:
+            return self.obs_dict
+        return ObsSpec(self.obs_shape, self.obs_dtype)
 
 
 @dataclass
@@ -61,7 +84,8 @@ class ChunkStepResult:
     """The outcome of executing one chunk of ``C`` actions in each of ``N`` envs.
 
     Attributes:
-        obs: ``[N, *obs_shape]`` observation to act on next (after auto-reset for envs that ended).
+        obs: ``[N, *obs_shape]`` observation to act on next (after auto-reset for envs that ended); for dict
+            observations a dict of ``[N, *shape]`` arrays (so for ``final_obs``).
         rewards: ``[N, C]`` float32 per-step rewards.
         terminations: ``[N, C]`` bool, the episode reached a terminal state at that step.
         truncations: ``[N, C]`` bool, the episode was cut (time limit) at that step.
@@ -70,11 +94,11 @@ class ChunkStepResult:
         episodes: statistics of the episodes that finished in this chunk.
     """
 
-    obs: np.ndarray
+    obs: NpObs
     rewards: np.ndarray
     terminations: np.ndarray
     truncations: np.ndarray
-    final_obs: np.ndarray
+    final_obs: NpObs
     episodes: EpisodeStats
 
     @property
@@ -92,7 +116,7 @@ class VecEnv(Protocol):
     group_size: int
     spec: EnvSpec
 
-    def reset(self, *, seed: int | None = None) -> np.ndarray:
+    def reset(self, *, seed: int | None = None) -> NpObs:
         """Reset every env; env ``i`` uses seed ``seed + i // group_size``. Returns ``[N, *obs_shape]``."""
         ...
 

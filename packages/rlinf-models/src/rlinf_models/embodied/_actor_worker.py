@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, publish_weights, send_weights
+from rlinf_core.protocols import EnvSpec, obs_concat, obs_map, publish_weights, send_weights
 from rlinf_scheduler import Channel, Empty, Worker, timed
 from torch import nn
 
@@ -70,7 +70,7 @@ def _order_key(message: Mapping[str, Any]) -> tuple[int, int, str]:
 def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
     """Order trajectory messages (see :func:`_order_key`) and concatenate their tensors along the env axis (dim 1)."""
     for m in messages:
-        missing = [k for k in REQUIRED_BATCH_KEYS if not isinstance(m.get(k), torch.Tensor)]
+        missing = [k for k in REQUIRED_BATCH_KEYS if not _is_tensors(m.get(k))]
         if missing:
             raise ValueError(f"trajectory message is missing tensors {missing}; it has {sorted(m)}")
     with_offset = [m.get(_ENV_OFFSET) is not None for m in messages]
@@ -80,15 +80,22 @@ def _concat_messages(messages: list[Mapping[str, Any]]) -> dict[str, torch.Tenso
             f"(global index of the message's first env)"
         )
     messages = sorted(messages, key=_order_key)  # stable: equal keys keep each producer's put order
-    keys = [k for k, v in messages[0].items() if isinstance(v, torch.Tensor)]
-    out: dict[str, torch.Tensor] = {}
+    keys = [k for k, v in messages[0].items() if _is_tensors(v)]
+    out: dict[str, Any] = {}
     for key in keys:
         parts = [m.get(key) for m in messages]
-        if any(not isinstance(p, torch.Tensor) for p in parts):
+        if any(not _is_tensors(p) for p in parts):
             raise ValueError(f"trajectory key {key!r} is a tensor in some messages only")
         # torch.cat copies: the result never aliases the producers' shared memory.
-        out[key] = torch.cat(parts, dim=1)  # type: ignore[arg-type]
+        out[key] = obs_concat(parts, axis=1)
     return out
+
+
+def _is_tensors(value: Any) -> bool:
+    """A tensor, or a dict of tensors (a dict observation)."""
+    if isinstance(value, Mapping):
+        return bool(value) and all(_is_tensors(v) for v in value.values())
+    return isinstance(value, torch.Tensor)
 
 
 def gather_trajectories(
@@ -308,7 +315,7 @@ class EmbodiedActorWorker(Worker):
         local = self._env_share(
             gather_trajectories(channel, num_messages, key=read_key, timeout=wait, rank=self.rank)
         )
-        self._batch = {k: v.to(self.device) for k, v in local.items()}
+        self._batch = obs_map(lambda v: v.to(self.device), local)
         t, e = self._batch["rewards"].shape[:2]
         return int(t * e)
 
@@ -331,7 +338,7 @@ class EmbodiedActorWorker(Worker):
             return batch
         lo = self.rank * share
         # contiguous() copies the slice, so the rest of the rollout is freed.
-        return {k: v[:, lo : lo + share].contiguous() for k, v in batch.items()}
+        return obs_map(lambda v: v[:, lo : lo + share].contiguous(), batch)  # type: ignore[no-any-return]
 
     def _require_batch(self, method: str) -> dict[str, torch.Tensor]:
         if self._batch is None:

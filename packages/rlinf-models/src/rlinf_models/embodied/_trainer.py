@@ -38,6 +38,7 @@ from rlinf_algos import (
     reshape_entropy,
 )
 from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import obs_index, obs_map
 from torch import nn
 
 from .._config import EmbodiedActorConfig
@@ -103,10 +104,20 @@ def _check_batch(batch: Mapping[str, torch.Tensor]) -> tuple[int, int, int]:
             raise ValueError(
                 f"{key} must be {list(shape)} for rewards {list(rewards.shape)}, got {list(batch[key].shape)}"
             )
-    for key in ("obs", "actions", "prev_logprobs"):
+    for key in ("actions", "prev_logprobs"):
         if tuple(batch[key].shape[:2]) != (t, e):
             raise ValueError(f"{key} must start with [T={t}, E={e}], got {list(batch[key].shape)}")
+    obs = batch["obs"]
+    for name, value in obs.items() if isinstance(obs, Mapping) else [("obs", obs)]:
+        if tuple(value.shape[:2]) != (t, e):
+            where = name if name == "obs" else f"obs[{name!r}]"
+            raise ValueError(f"{where} must start with [T={t}, E={e}], got {list(value.shape)}")
     return t, e, c
+
+
+def _rows(obs: Any, n: int) -> Any:
+    """``[T, E, ...]`` observations (an array or a dict of them) as ``[T*E, ...]``."""
+    return obs_map(lambda x: x.reshape(n, *x.shape[2:]), obs)
 
 
 class EmbodiedPPOTrainer:
@@ -245,14 +256,14 @@ class EmbodiedPPOTrainer:
         proximal = prev.clone()
         if float(self._sum(stale.sum().double())) > 0:
             n = t * e
-            obs = batch["obs"].reshape(n, *batch["obs"].shape[2:])
+            obs = _rows(batch["obs"], n)
             actions = batch["actions"].reshape(n, *batch["actions"].shape[2:])
             was_training = self.policy.training
             self.policy.eval()
             parts = []
             for lo in range(0, n, self.actor.micro_batch_size):
                 hi = min(n, lo + self.actor.micro_batch_size)
-                logprobs, _, _ = self.policy(obs[lo:hi], actions[lo:hi])
+                logprobs, _, _ = self.policy(obs_index(obs, slice(lo, hi)), actions[lo:hi])
                 parts.append(logprobs.reshape(hi - lo, -1).float())
             self.policy.train(was_training)
             recomputed = torch.cat(parts).reshape(prev.shape)
@@ -265,7 +276,7 @@ class EmbodiedPPOTrainer:
         t, e, _ = _check_batch(batch)
         n = t * e
         flat = {
-            "obs": batch["obs"].reshape(n, *batch["obs"].shape[2:]),
+            "obs": _rows(batch["obs"], n),
             "actions": batch["actions"].reshape(n, *batch["actions"].shape[2:]),
             "prev_logprobs": batch["prev_logprobs"].reshape(n, -1).float(),
             "prev_values": batch["prev_values"][:-1].reshape(n, 1).float(),
@@ -325,7 +336,7 @@ class EmbodiedPPOTrainer:
 
     def _micro_batch_loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         alg = self.algorithm
-        n = mb["obs"].shape[0]
+        n = mb["actions"].shape[0]
         logprobs, entropy, values = self.policy(mb["obs"], mb["actions"])
         loss_kwargs: dict[str, Any] = {
             "task_type": "embodied",
@@ -382,7 +393,7 @@ class EmbodiedPPOTrainer:
             raise ValueError("batch has no 'advantages': call compute_advantages_and_returns first")
         t, e, _ = _check_batch(batch)
         flat = self._flatten(batch)
-        n = flat["obs"].shape[0]
+        n = flat["actions"].shape[0]
         local_batch = self.actor.global_batch_size // self.world_size
         mbs = self.actor.micro_batch_size
         if n < local_batch:
@@ -395,7 +406,7 @@ class EmbodiedPPOTrainer:
         self.policy.train()
 
         def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            loss, values = self._micro_batch_loss({key: val[sel] for key, val in flat.items()})
+            loss, values = self._micro_batch_loss(obs_index(flat, sel))
             # ``__sum__/`` statistics (explained variance) land in ``metrics.totals``: computed below instead.
             return loss, values | {"actor/total_loss": float(loss.detach())}
 

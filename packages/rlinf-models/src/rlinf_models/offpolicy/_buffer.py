@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from rlinf_core.checkpoint import atomic_write_bytes
+from rlinf_core.protocols import flatten_obs, unflatten_obs
 
 __all__ = ["ReplayBuffer", "SymmetricSampler"]
 
@@ -98,6 +99,7 @@ class ReplayBuffer:
         """
         if not batch:
             raise ValueError("add: the batch has no fields")
+        batch = flatten_obs(batch)
         sizes = {k: int(v.shape[0]) for k, v in batch.items()}
         n = next(iter(sizes.values()))
         if any(s != n for s in sizes.values()):
@@ -154,12 +156,15 @@ class ReplayBuffer:
             raise RuntimeError("sample: the replay buffer is empty")
         offsets = torch.randint(0, window, (batch_size,), generator=self.generator)
         idx = (self._pos - window + offsets) % self.capacity
-        return {k: v[idx] for k, v in self._storage.items()}
+        return self.gather(idx)
 
-    def contents(self) -> dict[str, torch.Tensor]:
+    def gather(self, idx: torch.Tensor) -> dict[str, Any]:
+        """The transitions in storage slots ``idx`` (copies), with dict observations as dicts again."""
+        return unflatten_obs({k: v[idx] for k, v in self._storage.items()})
+
+    def contents(self) -> dict[str, Any]:
         """Every stored transition, oldest first (copies)."""
-        idx = self.latest_indices(self._size)
-        return {k: v[idx] for k, v in self._storage.items()}
+        return self.gather(self.latest_indices(self._size))
 
     # ---------------------------------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
@@ -257,8 +262,8 @@ class SymmetricSampler:
         online = self.online.sample(batch_size - n_demo)
         if n_demo == 0:
             return online
-        demo = self.demo.sample(n_demo)
+        online, demo = flatten_obs(online), flatten_obs(self.demo.sample(n_demo))
         missing = set(online) ^ set(demo)
         if missing:
             raise ValueError(f"the demo buffer's fields differ from the online buffer's: {sorted(missing)}")
-        return {k: torch.cat([online[k], demo[k].to(online[k].dtype)]) for k in online}
+        return unflatten_obs({k: torch.cat([online[k], demo[k].to(online[k].dtype)]) for k in online})

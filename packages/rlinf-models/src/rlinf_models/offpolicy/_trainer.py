@@ -42,7 +42,7 @@ from rlinf_algos.offpolicy import (
     td3_target_actions,
 )
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, obs_concat, obs_map
 from torch import nn
 
 from .._config import EmbodiedActorConfig
@@ -53,6 +53,7 @@ from .._fsdp import (
     load_full_optimizer_state_dict,
 )
 from ..policies import QEnsemble, SquashedGaussianPolicy
+from ..policies._encoders import TensorObs, random_shift
 from ._buffer import ReplayBuffer, SymmetricSampler
 
 __all__ = ["TRANSITION_KEYS", "SACTrainer", "trajectory_transitions"]
@@ -81,10 +82,24 @@ def trajectory_transitions(traj: Mapping[str, torch.Tensor]) -> dict[str, torch.
             f"trajectory lacks {missing} (it has {sorted(traj)}): the env workers must run with "
             "collect_transitions=True for off-policy training"
         )
-    out = {k: traj[k].flatten(0, 1) for k in TRANSITION_KEYS}
+    out: dict[str, Any] = {k: obs_map(lambda x: x.flatten(0, 1), traj[k]) for k in TRANSITION_KEYS}
     out["rewards"] = out["rewards"].float()
     out["terminations"] = out["terminations"].bool()
     return out
+
+
+def _augmented_keys(spec: EnvSpec, aug: str) -> tuple[str, ...] | None:
+    """The image entries ``actor.model.image_aug`` shifts (``()`` for an image array observation), or ``None``."""
+    if aug == "none":
+        return None
+    layout = spec.observation
+    if isinstance(layout, Mapping):
+        keys = tuple(k for k, s in layout.items() if s.is_image)
+        if keys:
+            return keys
+    elif layout.is_image:
+        return ()
+    raise ValueError(f"actor.model.image_aug: {aug!r} needs image observations; the env has {layout}")
 
 
 def _clip(params: Iterable[nn.Parameter], max_norm: float | None) -> torch.Tensor | None:
@@ -155,6 +170,8 @@ class SACTrainer:
             if self.target_critic is not None:
                 shard(self.target_critic)
         self._noise_shape = (policy.chunks, spec.action_dim)
+        self._aug_keys = _augmented_keys(spec, actor.model.image_aug)
+        self.aug_pad = actor.model.image_aug_pad
         optim = actor.optim
         kwargs: dict[str, Any] = {
             "betas": (optim.adam_beta1, optim.adam_beta2),
@@ -248,12 +265,28 @@ class SACTrainer:
         eps = torch.randn(self.batch_size, *self._noise_shape, device=self.device)
         return eps[self.rank * self.rows : (self.rank + 1) * self.rows]
 
+    def _augment(self, obs: TensorObs) -> TensorObs:
+        """DrQ random shifts of the image entries, drawn for the whole batch (the same on every rank)."""
+        span = 2 * self.aug_pad + 1
+
+        def shift(images: torch.Tensor) -> torch.Tensor:
+            shifts = torch.randint(0, span, (self.batch_size, 2), device=self.device)
+            return random_shift(
+                images, shifts[self.rank * self.rows : (self.rank + 1) * self.rows], self.aug_pad
+            )
+
+        if not isinstance(obs, Mapping):
+            return shift(obs)
+        return {k: shift(v) if k in (self._aug_keys or ()) else v for k, v in obs.items()}
+
     def _step(self) -> dict[str, torch.Tensor]:
         lo, hi = self.rank * self.rows, (self.rank + 1) * self.rows
-        batch = {
-            k: v[lo:hi].to(self.device, non_blocking=True)
-            for k, v in self.sampler.sample(self.batch_size).items()
-        }
+        batch = obs_map(
+            lambda v: v[lo:hi].to(self.device, non_blocking=True), self.sampler.sample(self.batch_size)
+        )
+        if self._aug_keys is not None:
+            batch["obs"] = self._augment(batch["obs"])
+            batch["next_obs"] = self._augment(batch["next_obs"])
         metrics = self._critic_step(batch)
         self.update_steps += 1
         if self.update_steps % self.algorithm.critic_actor_ratio == 0:
@@ -270,7 +303,7 @@ class SACTrainer:
             )
         return metrics
 
-    def _next_actions(self, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _next_actions(self, next_obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``a'`` (normalised) and ``log π(a'|s')`` ``[B, C*D]`` (``None`` under TD3 smoothing)."""
         with torch.no_grad():
             if self.td3:
@@ -300,7 +333,7 @@ class SACTrainer:
             "bootstrap_type": alg.bootstrap_type,
         }
         if self.crossq:
-            joint = self.critic(torch.cat([obs, next_obs]), torch.cat([actions, next_actions]))
+            joint = self.critic(obs_concat([obs, next_obs]), torch.cat([actions, next_actions]))
             q, next_q = split_crossq_q(joint)
             target = crossq_critic_target(
                 rewards, next_q, next_logp, terms, alpha=alpha, backup_entropy=backup, **common
@@ -332,7 +365,7 @@ class SACTrainer:
         self.critic_optimizer.step()
         return {"sac/critic_loss": loss.detach(), "critic/q_data": q.detach().mean()}
 
-    def _actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _actor_step(self, obs: TensorObs) -> dict[str, torch.Tensor]:
         action, logp = self.policy(obs, noise=self._noise())
         logp = logp.reshape(logp.shape[0], -1)
         self.critic.requires_grad_(False)

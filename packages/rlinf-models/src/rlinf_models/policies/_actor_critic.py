@@ -1,4 +1,4 @@
-"""MLP and CNN actor-critic policies with action chunks, discrete or continuous actions, and a value head."""
+"""Actor-critic policies over vectors or images with action chunks, discrete or continuous actions, and a value head."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import math
 from dataclasses import dataclass
 
 import torch
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, obs_len
 from torch import nn
 from torch.distributions import Categorical, Normal
 
 from ._config import PolicyConfig
+from ._encoders import TensorObs, build_encoder
 
 __all__ = [
     "ACTIVATIONS",
@@ -38,7 +39,7 @@ class PolicyOutput:
     """
 
     actions: torch.Tensor
-    logprobs: torch.Tensor
+    logprobs: TensorObs
     values: torch.Tensor
 
 
@@ -59,43 +60,8 @@ def mlp(inp: int, sizes: tuple[int, ...], act: type[nn.Module], ortho: bool) -> 
     return nn.Sequential(*layers), inp
 
 
-class _NatureCNN(nn.Module):
-    """The DQN/Atari conv torso for ``[N, H, W, C]`` uint8 images."""
-
-    def __init__(self, obs_shape: tuple[int, ...]) -> None:
-        super().__init__()
-        if len(obs_shape) != 3:
-            raise ValueError(f"model_type 'cnn' needs [H, W, C] observations, got obs_shape {obs_shape}")
-        channels = obs_shape[2]
-        self.net = nn.Sequential(
-            nn.Conv2d(channels, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            self.out_dim = int(self.net(torch.zeros(1, channels, obs_shape[0], obs_shape[1])).shape[1])
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.net(obs.permute(0, 3, 1, 2).float() / 255.0)
-        return out
-
-
-def build_encoder(spec: EnvSpec, config: PolicyConfig) -> tuple[nn.Module, int]:
-    """The observation encoder of ``config.model_type`` (the Nature CNN, or identity for vectors) and its width."""
-    if config.model_type == "cnn":
-        cnn = _NatureCNN(spec.obs_shape)
-        return cnn, cnn.out_dim
-    if len(spec.obs_shape) != 1:
-        raise ValueError(f"model_type 'mlp' needs vector observations, got obs_shape {spec.obs_shape}")
-    return nn.Identity(), spec.obs_shape[0]
-
-
 class ActorCritic(nn.Module):
-    """Separate actor and critic networks over a shared observation encoder (CNN) or raw vectors (MLP).
+    """Separate actor and critic networks over a shared observation encoder (see ``ObsEncoder``).
 
     Args:
         spec: observation and action description of the environment.
@@ -129,11 +95,11 @@ class ActorCritic(nn.Module):
         else:
             self.value_head = None
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.encoder(obs if self.config.model_type == "cnn" else obs.float())
+    def _features(self, obs: TensorObs) -> torch.Tensor:
+        out: torch.Tensor = self.encoder(obs)
         return out
 
-    def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
+    def distribution(self, obs: TensorObs) -> Categorical | Normal:
         """The action distribution; batch shape ``[N, C]`` (discrete) or ``[N, C, D]`` (continuous)."""
         feat = self.actor_body(self._features(obs))
         out = self.actor_head(feat)
@@ -143,10 +109,10 @@ class ActorCritic(nn.Module):
         mean = out.view(n, c, self.spec.action_dim)
         return Normal(mean, self.log_std.exp().expand_as(mean))
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: TensorObs) -> torch.Tensor:
         """State values ``[N, 1]`` (zeros without a value head)."""
         if self.value_head is None:
-            return torch.zeros(obs.shape[0], 1, device=obs.device)
+            return torch.zeros(obs_len(obs), 1, device=self.actor_head.weight.device)
         values: torch.Tensor = self.value_head(self.critic_body(self._features(obs)))
         return values
 
@@ -154,7 +120,7 @@ class ActorCritic(nn.Module):
         return t.unsqueeze(-1) if self.log_std is None else t
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyOutput:
+    def act(self, obs: TensorObs, *, deterministic: bool = False) -> PolicyOutput:
         """Sample (or take the mode of) actions for ``obs`` ``[N, *obs_shape]``."""
         dist = self.distribution(obs)
         if deterministic:
@@ -165,7 +131,7 @@ class ActorCritic(nn.Module):
         return PolicyOutput(actions, self._per_dim(logprobs), self.value(obs))
 
     def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self, obs: TensorObs, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probs ``[N, C, D]``, entropy ``[N, C, D]`` and values ``[N, 1]`` of ``actions`` under the current policy."""
         dist = self.distribution(obs)
@@ -174,7 +140,7 @@ class ActorCritic(nn.Module):
         return self._per_dim(logprobs), self._per_dim(entropy), self.value(obs)
 
     def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self, obs: TensorObs, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Same as :meth:`evaluate` (so FSDP wraps the training forward)."""
         return self.evaluate(obs, actions)

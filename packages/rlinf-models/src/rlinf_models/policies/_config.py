@@ -14,8 +14,19 @@ __all__ = ["PolicyConfig"]
 class PolicyConfig:
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn"] = "mlp"
-    """``mlp`` for vector observations, ``cnn`` for ``[H, W, C]`` uint8 images."""
+    model_type: Literal["mlp", "cnn", "resnet"] = "mlp"
+    """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
+    ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated."""
+    obs_keys: tuple[str, ...] | None = None
+    """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
+    what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
+    image_feature_dim: int | None = attrs.field(default=256, validator=v.optional(v.gt(0)))
+    """Width of the linear projection (and ReLU) after each camera's conv torso (``null``: the flat conv output)."""
+    image_aug: Literal["none", "random_shift"] = "none"
+    """Off-policy training: DrQ's random-shift augmentation of the sampled images (observation and next
+    observation shifted independently); the rollout always sees the images as rendered."""
+    image_aug_pad: int = attrs.field(default=4, validator=v.ge(1))
+    """Pixels of the random shift (DrQ: 4 for 84x84 images)."""
     hidden_sizes: tuple[int, ...] = attrs.field(default=(64, 64), validator=v.deep_iterable(v.gt(0)))
     """Widths of the hidden layers of the actor and critic MLPs."""
     activation: Literal["tanh", "relu", "gelu"] = "tanh"

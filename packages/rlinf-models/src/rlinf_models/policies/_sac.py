@@ -9,12 +9,13 @@ returns and the replay buffer stores).
 from __future__ import annotations
 
 import torch
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, obs_len
 from torch import nn
 from torch.distributions import Normal
 
-from ._actor_critic import ACTIVATIONS, PolicyOutput, build_encoder, mlp
+from ._actor_critic import ACTIVATIONS, PolicyOutput, mlp
 from ._config import PolicyConfig
+from ._encoders import TensorObs, build_encoder
 
 __all__ = ["BatchRenorm1d", "QEnsemble", "SquashedGaussianPolicy"]
 
@@ -64,13 +65,12 @@ class SquashedGaussianPolicy(nn.Module):
         self.chunks = config.num_action_chunks
         self.head = nn.Linear(out, 2 * self.chunks * spec.action_dim)
 
-    def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs if self.config.model_type == "cnn" else obs.float()
-        out = self.head(self.body(self.encoder(x))).view(obs.shape[0], self.chunks, 2, self.spec.action_dim)
+    def _mean_log_std(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.head(self.body(self.encoder(obs))).view(obs_len(obs), self.chunks, 2, self.spec.action_dim)
         return out[:, :, 0], out[:, :, 1].clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(
-        self, obs: torch.Tensor, *, deterministic: bool = False, noise: torch.Tensor | None = None
+        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised actions ``[N, C, D]`` in ``[-1, 1]`` and their per-dimension log-probs ``[N, C, D]``.
 
@@ -101,7 +101,7 @@ class SquashedGaussianPolicy(nn.Module):
         return ((action.float() - self.action_bias) / self.action_scale).clamp(-1.0, 1.0)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, *, deterministic: bool = False) -> PolicyOutput:
+    def act(self, obs: TensorObs, *, deterministic: bool = False) -> PolicyOutput:
         """Env-unit actions ``[N, C, D]`` for ``obs``, their log-probs, and zero values ``[N, 1]`` (no V head)."""
         action, logp = self.sample(obs, deterministic=deterministic)
         return PolicyOutput(self.to_env(action), logp, self.value(obs))
@@ -112,12 +112,12 @@ class SquashedGaussianPolicy(nn.Module):
         u = torch.rand(n, self.chunks, self.spec.action_dim) * 2.0 - 1.0
         return self.to_env(u.to(self.action_scale.device))
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: TensorObs) -> torch.Tensor:
         """Zeros ``[N, 1]``: the off-policy policy has no state-value head (its critics are Q functions)."""
-        return torch.zeros(obs.shape[0], 1, device=obs.device)
+        return torch.zeros(obs_len(obs), 1, device=self.action_scale.device)
 
     def forward(
-        self, obs: torch.Tensor, *, deterministic: bool = False, noise: torch.Tensor | None = None
+        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Same as :meth:`sample` (what a trainer calls: FSDP2 gathers the weights around ``forward``)."""
         return self.sample(obs, deterministic=deterministic, noise=noise)
@@ -218,8 +218,7 @@ class QEnsemble(nn.Module):
             layers.append(nn.Linear(width, 1))
             self.heads.append(nn.Sequential(*layers))
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: TensorObs, actions: torch.Tensor) -> torch.Tensor:
         """Q-values ``[N, H]`` of ``obs`` and normalised actions ``[N, C, D]`` (or ``[N, C*D]``)."""
-        x = obs if self.config.model_type == "cnn" else obs.float()
-        inp = torch.cat([self.encoder(x), actions.reshape(actions.shape[0], -1)], dim=-1)
+        inp = torch.cat([self.encoder(obs), actions.reshape(actions.shape[0], -1)], dim=-1)
         return torch.cat([head(inp) for head in self.heads], dim=-1)
