@@ -60,9 +60,25 @@ def _restore(blob: bytes) -> Any:
     base = env.unwrapped
     base.np_random = snap["np_random"]
     if snap["mj_data"] is not None:
-        # The rebuilt env imported mujoco already; mj_copyData copies every field bit for bit.
-        sys.modules["mujoco"].mj_copyData(base.data, base.model, snap["mj_data"])
+        _copy_mj_data(sys.modules["mujoco"], base.model, snap["mj_data"], base.data)
     return env
+
+
+def _copy_mj_data(mujoco: Any, model: Any, src: Any, dst: Any) -> None:
+    """Copy MuJoCo ``src`` into ``dst``: every field with ``mj_copyData`` (mujoco 4), else the full integration state.
+
+    mujoco 3.x has no ``mj_copyData`` binding; ``mjSTATE_INTEGRATION`` (time, positions, velocities, actuator
+    activations, warm start, controls, applied forces, mocap, user data) is everything ``mj_step`` reads, so the
+    following steps are bit-identical either way.
+    """
+    copy = getattr(mujoco, "mj_copyData", None)
+    if copy is not None:
+        copy(dst, model, src)
+        return
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    state = np.empty(mujoco.mj_stateSize(model, spec))
+    mujoco.mj_getState(model, src, state, spec)
+    mujoco.mj_setState(model, dst, state, spec)
 
 
 def gymnasium_spec(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvSpec:
