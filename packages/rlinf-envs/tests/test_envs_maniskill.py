@@ -173,7 +173,7 @@ def test_bad_arguments_and_actions_are_named() -> None:
     with pytest.raises(ValueError, match="reward_mode must be one of"):
         ManiSkillVecEnv("PushCube-v1", 1, reward_mode="shaped")
     with pytest.raises(ValueError, match="obs_mode must be one of"):
-        ManiSkillVecEnv("PushCube-v1", 1, obs_mode="rgb")  # type: ignore[arg-type]
+        ManiSkillVecEnv("PushCube-v1", 1, obs_mode="rgbz")
     with pytest.raises(ValueError, match="sim_backend must be one of"):
         ManiSkillVecEnv("PushCube-v1", 1, sim_backend="bullet")
     with pytest.raises(ValueError, match="vector_mode must be one of"):

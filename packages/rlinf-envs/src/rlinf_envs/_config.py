@@ -18,6 +18,13 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[int | None], value: i
         raise ValueError(f"'{attr.name}' must be >= 1 or null: {value}")
 
 
+def _image_size(
+    _inst: object, attr: attrs.Attribute[tuple[int, int] | None], value: tuple[int, int] | None
+) -> None:
+    if value is not None and (len(value) != 2 or min(value) < 1):
+        raise ValueError(f"'{attr.name}' must be [height, width] (positive) or null, got {list(value)}")
+
+
 @attrs.frozen(kw_only=True)
 class VecEnvConfig:
     """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
@@ -41,6 +48,14 @@ class VecEnvConfig:
     """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Extra keyword arguments for the simulator's ``make``."""
+    obs_mode: str = "state"
+    """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
+    vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
+    them; the backends list theirs)."""
+    image_size: tuple[int, int] | None = attrs.field(default=None, validator=_image_size)
+    """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default)."""
+    frame_stack: int = attrs.field(default=1, validator=v.ge(1))
+    """Observe the last ``k`` frames: images stacked along channels ``[H, W, C*k]``, vectors concatenated."""
     # ManiSkill options (ignored by gymnasium).
     sim_backend: str = "physx_cpu"
     """ManiSkill: ``physx_cpu`` (CPU, one scene per env) or ``physx_cuda``/``gpu``."""

@@ -59,9 +59,28 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
             problems.append(f"{where}.env_type: {known}")
         elif env_id not in known:
             problems.append(_unknown_id(where, env_id, known, split.env_type))
-        elif split.env_type == "maniskill" and split.control_mode is not None:
-            problems += _control_mode_problems(where, split)
+        else:
+            problems += _obs_mode_problems(where, split)
+            if split.env_type == "maniskill" and split.control_mode is not None:
+                problems += _control_mode_problems(where, split)
     return problems
+
+
+_OBS_MODES = {"gymnasium": ("state",)}
+"""Observation modes of the backends that do not list theirs in their own module."""
+
+
+def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
+    modes: tuple[str, ...]
+    if split.env_type == "maniskill":
+        from .maniskill import OBS_MODES as modes
+    else:
+        modes = _OBS_MODES.get(split.env_type, ("state",))
+    if split.obs_mode in modes:
+        return []
+    return [
+        f"{where}.obs_mode: {split.obs_mode!r} is not an observation mode of {split.env_type}; allowed: {', '.join(modes)}"
+    ]
 
 
 def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
@@ -106,6 +125,15 @@ def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
         ImportError: when the backend's extra is not installed (naming it).
     """
     n = cfg.total_num_envs if num_envs is None else num_envs
+    env = _make_backend(cfg, n)
+    if cfg.frame_stack > 1:
+        from ._frame_stack import FrameStack
+
+        return FrameStack(env, cfg.frame_stack)
+    return env
+
+
+def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
     if cfg.env_type == "gymnasium":
         from .gymnasium import GymnasiumVecEnv
 
@@ -127,6 +155,8 @@ def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
             auto_reset=cfg.auto_reset,
             max_episode_steps=cfg.max_episode_steps,
             sim_backend=cfg.sim_backend,
+            obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size,
             control_mode=cfg.control_mode,
             reward_mode=cfg.reward_mode,
             ignore_terminations=cfg.ignore_terminations,

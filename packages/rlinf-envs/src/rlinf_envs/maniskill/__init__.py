@@ -1,4 +1,4 @@
-"""ManiSkill3 backend (CPU ``physx_cpu`` sim with state observations, GPU sim where CUDA exists).
+"""ManiSkill3 backend (CPU ``physx_cpu`` sim with state or camera observations, GPU sim where CUDA exists).
 
 Install with ``pip install "rlinf-envs[maniskill]"``. SAPIEN needs a Vulkan driver; without a GPU run
 ``scripts/install_vulkan_cpu.sh`` and export the ``VK_ICD_FILENAMES`` it prints.
@@ -8,6 +8,7 @@ from ._experts import SCRIPTED_EXPERTS, ScriptedExpert, pickcube_expert, scripte
 from ._vec import (
     CPU_SIM_BACKENDS,
     GPU_SIM_BACKENDS,
+    OBS_MODES,
     REWARD_MODES,
     VECTOR_MODES,
     ManiSkillVecEnv,
@@ -18,6 +19,7 @@ from ._vulkan import VulkanUnavailableError, ensure_vulkan, find_installed_icd
 __all__ = [
     "CPU_SIM_BACKENDS",
     "GPU_SIM_BACKENDS",
+    "OBS_MODES",
     "REWARD_MODES",
     "SCRIPTED_EXPERTS",
     "VECTOR_MODES",

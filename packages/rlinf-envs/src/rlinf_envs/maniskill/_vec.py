@@ -1,4 +1,4 @@
-"""ManiSkill3 tasks as an RLinf :class:`~rlinf_envs.VecEnv` (state observations, continuous actions)."""
+"""ManiSkill3 tasks as an RLinf :class:`~rlinf_envs.VecEnv` (state or camera observations, continuous actions)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import difflib
 import inspect
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,13 +22,14 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by the extra-missing test
     raise ImportError(f'the ManiSkill backend needs: pip install "rlinf-envs[maniskill]" ({e})') from e
 
-from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
+from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, ObsSpec, obs_zeros
 
 from ._vulkan import ensure_vulkan
 
 __all__ = [
     "CPU_SIM_BACKENDS",
     "GPU_SIM_BACKENDS",
+    "OBS_MODES",
     "REWARD_MODES",
     "VECTOR_MODES",
     "ManiSkillVecEnv",
@@ -41,7 +42,13 @@ CPU_SIM_BACKENDS = ("physx_cpu", "cpu")
 GPU_SIM_BACKENDS = ("physx_cuda", "gpu", "cuda")
 REWARD_MODES = ("normalized_dense", "dense", "sparse")
 VECTOR_MODES = ("sync", "async")
-OBS_MODES = ("state",)
+OBS_MODES = ("state", "rgb", "depth", "rgbd", "rgb+state", "depth+state", "rgbd+state")
+"""``state``: ManiSkill's flat privileged state vector. The camera modes give a dict observation: ``rgb``
+``[H, W, 3]`` uint8 and/or ``depth`` ``[H, W, 1]`` int16 (millimetres) of the task's first camera (other cameras
+as ``<camera>_rgb`` / ``<camera>_depth``), ``state`` (the robot's joint positions and velocities), ``extra``
+(the task's non-privileged extras, e.g. the TCP pose; not in ``+state`` modes) and, with ``+state``,
+``privileged_state`` (the flat vector of ``state`` mode: object poses, goal; for experts and critics, not for a
+vision policy)."""
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -104,27 +111,103 @@ def _set_rng_state(base: Any, state: Mapping[str, Any]) -> None:
         base._episode_rng = base._batched_episode_rng[0]  # an alias, as ManiSkill sets it
 
 
-class _SingleEnv(gym.Wrapper[np.ndarray, np.ndarray, Any, Any]):
+def _flat_vector(tree: Any) -> np.ndarray:
+    """The leaves of a (nested) dict of ``[B, ...]`` tensors as ``[B, D]`` float32, concatenated in order."""
+    if isinstance(tree, Mapping):
+        return np.concatenate([_flat_vector(v) for v in tree.values()], axis=1)
+    x = _to_numpy(tree)
+    return x.reshape(x.shape[0], -1).astype(np.float32)
+
+
+def _camera_obs(raw: Mapping[str, Any], base: Any) -> dict[str, np.ndarray]:
+    """ManiSkill's batched camera-mode observation as RLinf's flat dict of ``[B, ...]`` arrays (:data:`OBS_MODES`).
+
+    With ``+state`` ManiSkill replaces the robot and extra entries by the flat privileged vector; the robot's
+    joint positions and velocities are then read from the task (``_get_obs_agent``) and there is no ``extra``.
+    """
+    out: dict[str, np.ndarray] = {}
+    for j, (camera, data) in enumerate(raw["sensor_data"].items()):
+        prefix = "" if j == 0 else f"{camera}_"
+        for texture in ("rgb", "depth"):
+            if texture in data:
+                out[prefix + texture] = _to_numpy(data[texture])
+    out["state"] = _flat_vector(raw["agent"] if "agent" in raw else base._get_obs_agent())
+    if raw.get("extra"):
+        out["extra"] = _flat_vector(raw["extra"])
+    if "state" in raw:
+        out["privileged_state"] = _to_numpy(raw["state"]).astype(np.float32)
+    return out
+
+
+def _batch_obs(raw: Any, base: Any) -> Any:
+    """A batched ManiSkill observation as numpy: ``[B, D]`` float32 (state mode) or the flat dict."""
+    if base.obs_mode == "state":
+        return _to_numpy(raw).astype(np.float32, copy=False)
+    return _camera_obs(raw, base)
+
+
+def _as_obs(obs: Any) -> Any:
+    """A vector env's observation as numpy: float32 vectors, images as they are."""
+    if isinstance(obs, Mapping):
+        return {k: np.asarray(v) for k, v in obs.items()}
+    return np.asarray(obs, dtype=np.float32)
+
+
+def _set_rows(dst: Any, rows: np.ndarray | slice, src: Any) -> None:
+    """``dst[rows] = src[rows]`` for an array or each entry of a dict observation."""
+    if isinstance(dst, dict):
+        for k, v in dst.items():
+            v[rows] = src[k][rows]
+    else:
+        dst[rows] = src[rows]
+
+
+def _copy_obs(obs: Any) -> Any:
+    return {k: v.copy() for k, v in obs.items()} if isinstance(obs, dict) else obs.copy()
+
+
+def _box(shape: tuple[int, ...], dtype: Any) -> gym.spaces.Box:
+    if np.dtype(dtype) == np.uint8:
+        return gym.spaces.Box(0, 255, shape, np.uint8)
+    if np.dtype(dtype) == np.int16:
+        return gym.spaces.Box(-32768, 32767, shape, np.int16)
+    return gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+
+
+class _SingleEnv(gym.Wrapper[Any, np.ndarray, Any, Any]):
     """One ManiSkill env (``num_envs=1``, CPU sim) as a plain gymnasium env: unbatched numpy in and out.
 
-    ``info`` carries only ``success`` (bool), so the vector env's info aggregation stays cheap. With
-    ``ignore_terminations`` the episode ends only at the time limit.
+    Observations are a float32 vector (``state`` mode) or RLinf's flat dict of images and vectors (camera
+    modes, see :data:`OBS_MODES`). ``info`` carries only ``success`` (bool), so the vector env's info aggregation
+    stays cheap. With ``ignore_terminations`` the episode ends only at the time limit.
     """
 
     def __init__(self, env: gym.Env[Any, Any], ignore_terminations: bool = False) -> None:
         super().__init__(env)
         self._ignore_terminations = ignore_terminations
         base: Any = env.unwrapped  # ManiSkill's BaseEnv (untyped): batched spaces under single_*
-        self.observation_space = gym.spaces.Box(
-            -np.inf, np.inf, tuple(base.single_observation_space.shape), np.float32
-        )
+        self._camera = base.obs_mode != "state"
+        if self._camera:
+            # The layout of the flat dict, from one observation (the spaces of nested dicts differ per task).
+            sample = _camera_obs(base.get_obs(), base)
+            self.observation_space: gym.spaces.Space[Any] = gym.spaces.Dict(
+                {k: _box(v.shape[1:], v.dtype) for k, v in sample.items()}
+            )
+        else:
+            self.observation_space = gym.spaces.Box(
+                -np.inf, np.inf, tuple(base.single_observation_space.shape), np.float32
+            )
         self.action_space = base.single_action_space
+
+    def _obs(self, raw: Any) -> Any:
+        obs = _batch_obs(raw, self.env.unwrapped)
+        return {k: v[0] for k, v in obs.items()} if self._camera else obs[0]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         obs, _ = self.env.reset(seed=seed, options=options)
-        return _to_numpy(obs)[0].astype(np.float32, copy=False), {}
+        return self._obs(obs), {}
 
     @property
     def rlinf_state(self) -> dict[str, Any]:
@@ -135,11 +218,11 @@ class _SingleEnv(gym.Wrapper[np.ndarray, np.ndarray, Any, Any]):
     def rlinf_state(self, state: Mapping[str, Any]) -> None:
         _set_base_state(self.env.unwrapped, state)
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, rew, term, trunc, info = self.env.step(np.asarray(action, dtype=np.float32)[None])
         out = {"success": bool(_to_numpy(info["success"]).reshape(-1)[0])} if "success" in info else {}
         return (
-            _to_numpy(obs)[0].astype(np.float32, copy=False),
+            self._obs(obs),
             float(_to_numpy(rew).reshape(-1)[0]),
             bool(_to_numpy(term).reshape(-1)[0]) and not self._ignore_terminations,
             bool(_to_numpy(trunc).reshape(-1)[0]),
@@ -156,7 +239,7 @@ def _make_single(
     return _SingleEnv(gym.make(env_id, num_envs=1, **make_kwargs), ignore_terminations)
 
 
-_StepOut = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_StepOut = tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class _CpuSim:
@@ -182,19 +265,19 @@ class _CpuSim:
         else:
             self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
         # Both are boxes: _SingleEnv builds the observation box; continuous ManiSkill controllers act in a box.
-        self.single_observation_space = cast(gym.spaces.Box, self._vec.single_observation_space)
+        self.single_observation_space = self._vec.single_observation_space
         self.single_action_space = cast(gym.spaces.Box, self._vec.single_action_space)
 
-    def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
+    def reset(self, seeds: list[int | None], group_size: int) -> Any:
         # Same seed → same initial state: ManiSkill seeds its episode RNG (and torch) from the reset seed.
         if isinstance(self._vec, gym.vector.AsyncVectorEnv):
             self._vec.reset_async(seed=seeds)
             obs, _ = self._vec.reset_wait(timeout=self._timeout)
         else:
             obs, _ = self._vec.reset(seed=seeds)
-        return np.asarray(obs, dtype=np.float32)
+        return _as_obs(obs)
 
-    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> np.ndarray:
+    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> Any:
         # Explicit seeds: without one ManiSkill draws the new episode from the process-global torch RNG, which
         # differs between sync (one shared RNG) and async (one per process, all starting equal) execution.
         options = {"reset_mask": mask}
@@ -203,7 +286,7 @@ class _CpuSim:
             obs, _ = self._vec.reset_wait(timeout=self._timeout)
         else:
             obs, _ = self._vec.reset(seed=seeds, options=options)
-        return np.asarray(obs, dtype=np.float32)
+        return _as_obs(obs)
 
     def step(self, actions: np.ndarray) -> _StepOut:
         if isinstance(self._vec, gym.vector.AsyncVectorEnv):
@@ -213,7 +296,7 @@ class _CpuSim:
             obs, rew, term, trunc, info = self._vec.step(actions)
         success = np.asarray(info.get("success", np.zeros(len(rew), dtype=bool)), dtype=bool)
         return (
-            np.asarray(obs, dtype=np.float32),
+            _as_obs(obs),
             np.asarray(rew),
             np.asarray(term),
             np.asarray(trunc),
@@ -254,10 +337,20 @@ class _GpuSim:
         self._base = self._env.unwrapped
         self._n = num_envs
         self._device = self._base.device
-        self.single_observation_space: gym.spaces.Box = self._base.single_observation_space
+        self._camera = self._base.obs_mode != "state"
+        self.single_observation_space: gym.spaces.Space[Any] = (
+            gym.spaces.Dict(
+                {
+                    k: _box(v.shape[1:], v.dtype)
+                    for k, v in _camera_obs(self._base.get_obs(), self._base).items()
+                }
+            )
+            if self._camera
+            else self._base.single_observation_space
+        )
         self.single_action_space: gym.spaces.Box = self._base.single_action_space
 
-    def reset(self, seeds: list[int | None], group_size: int) -> np.ndarray:
+    def reset(self, seeds: list[int | None], group_size: int) -> Any:
         obs, _ = self._env.reset(seed=[int(s or 0) for s in seeds])
         if group_size > 1:
             # The batched scene draws every sub-scene's initial state from one torch generator, so equal seeds do
@@ -268,9 +361,9 @@ class _GpuSim:
             obs, _ = self._env.reset(
                 options={"env_idx": idx, "reset_to_env_states": {"env_states": state[leaders]}}
             )
-        return _to_numpy(obs).astype(np.float32, copy=False)
+        return _batch_obs(obs, self._base)
 
-    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> np.ndarray:
+    def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> Any:
         # A partial reset with seeds would replace every sub-scene's episode seed; instead seed the torch RNG the
         # batched scene draws from with the first reset env's seed (reproducible, independent of other state).
         idx = torch.as_tensor(np.flatnonzero(mask), device=self._device)
@@ -278,7 +371,7 @@ class _GpuSim:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(seeds[int(idx[0])] or 0))
             obs, _ = self._env.reset(options={"env_idx": idx})
-        return _to_numpy(obs).astype(np.float32, copy=False)
+        return _batch_obs(obs, self._base)
 
     def step(self, actions: np.ndarray) -> _StepOut:
         a = torch.as_tensor(actions, dtype=torch.float32, device=self._device)
@@ -286,7 +379,7 @@ class _GpuSim:
         success = _to_numpy(info["success"]).astype(bool) if "success" in info else np.zeros(self._n, bool)
         term_np = _to_numpy(term).astype(bool).reshape(self._n) & (not self._ignore_terminations)
         trunc_np = _to_numpy(trunc).astype(bool).reshape(self._n)
-        return _to_numpy(obs).astype(np.float32, copy=False), _to_numpy(rew), term_np, trunc_np, success
+        return _batch_obs(obs, self._base), _to_numpy(rew), term_np, trunc_np, success
 
     def task_envs(self) -> list[Any]:
         raise RuntimeError(
@@ -301,6 +394,15 @@ class _GpuSim:
 
     def close(self) -> None:
         self._env.close()
+
+
+def _check_sizes(num_envs: int, group_size: int, max_episode_steps: int | None) -> None:
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if group_size < 1 or num_envs % group_size:
+        raise ValueError(f"group_size must divide num_envs: got group_size={group_size}, num_envs={num_envs}")
+    if max_episode_steps is not None and max_episode_steps < 1:
+        raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
 
 
 def _check_env_id(env_id: str) -> None:
@@ -376,7 +478,9 @@ class ManiSkillVecEnv:
     subprocess first and raises :class:`~rlinf_envs.maniskill.VulkanUnavailableError` naming what to install.
 
     Observations are ManiSkill's flat ``"state"`` vector, ``[N, obs_dim]`` float32 (``obs_dim=35`` for
-    PushCube-v1, ``42`` for PickCube-v1 with the default Panda). Actions are continuous ``[N, C, action_dim]``
+    PushCube-v1, ``42`` for PickCube-v1 with the default Panda), or in camera modes a dict of camera images and
+    robot vectors (see :data:`OBS_MODES`). The CPU renderer (lavapipe) is the cost there: ~15 env-steps/s per
+    core for one 128x128 camera, against ~400 in state mode. Actions are continuous ``[N, C, action_dim]``
     (``action_dim=8`` for the Panda's default ``pd_joint_delta_pos``), clipped to the action box. An episode's
     ``success`` in :class:`~rlinf_envs.EpisodeStats` is True if ManiSkill's ``info["success"]`` was True at any
     step of it (by default a success also terminates the episode).
@@ -389,7 +493,9 @@ class ManiSkillVecEnv:
             until the next ``reset``).
         max_episode_steps: time limit (``None`` keeps the task's registered one, 50 for PushCube/PickCube).
         sim_backend: one of ``CPU_SIM_BACKENDS`` or ``GPU_SIM_BACKENDS`` (``"physx_cuda:N"`` selects a device).
-        obs_mode: only ``"state"``.
+        obs_mode: one of :data:`OBS_MODES`: ``"state"`` (a float32 vector) or a camera mode (a dict observation).
+        image_size: camera modes: ``(height, width)`` of every camera (``None``: the task's default, 128x128 for
+            PushCube/PickCube).
         control_mode: the robot's controller, e.g. ``"pd_joint_delta_pos"`` or ``"pd_ee_delta_pose"``
             (``None`` = the task's default).
         reward_mode: ``"normalized_dense"`` (default, rewards in [0, 1]), ``"dense"`` or ``"sparse"``.
@@ -409,7 +515,8 @@ class ManiSkillVecEnv:
         auto_reset: bool = True,
         max_episode_steps: int | None = None,
         sim_backend: str = "physx_cpu",
-        obs_mode: Literal["state"] = "state",
+        obs_mode: str = "state",
+        image_size: tuple[int, int] | None = None,
         control_mode: str | None = None,
         reward_mode: str = "normalized_dense",
         ignore_terminations: bool = False,
@@ -418,20 +525,14 @@ class ManiSkillVecEnv:
         step_timeout_s: float = 120.0,
         env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if group_size < 1 or num_envs % group_size:
-            raise ValueError(
-                f"group_size must divide num_envs: got group_size={group_size}, num_envs={num_envs}"
-            )
-        if max_episode_steps is not None and max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
-        if obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {obs_mode!r}")
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-        if vector_mode not in VECTOR_MODES:
-            raise ValueError(f"vector_mode must be one of {VECTOR_MODES}, got {vector_mode!r}")
+        _check_sizes(num_envs, group_size, max_episode_steps)
+        for name, value, allowed in (
+            ("obs_mode", obs_mode, OBS_MODES),
+            ("reward_mode", reward_mode, REWARD_MODES),
+            ("vector_mode", vector_mode, VECTOR_MODES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         backend = sim_backend.split(":")[0]
         if backend not in CPU_SIM_BACKENDS + GPU_SIM_BACKENDS:
             raise ValueError(
@@ -449,12 +550,14 @@ class ManiSkillVecEnv:
         ensure_vulkan("cuda" if render_backend in ("gpu", "cuda", "sapien_cuda") else "cpu")
 
         make_kwargs: dict[str, Any] = {
-            "obs_mode": obs_mode,
+            "obs_mode": obs_mode.replace("rgbd+", "rgb+depth+"),  # ManiSkill spells the combination that way
             "reward_mode": reward_mode,
             "sim_backend": sim_backend,
             "render_backend": render_backend,
             **(env_kwargs or {}),
         }
+        if image_size is not None and obs_mode != "state":
+            make_kwargs["sensor_configs"] = {"height": int(image_size[0]), "width": int(image_size[1])}
         if control_mode is not None:
             make_kwargs["control_mode"] = control_mode
         if max_episode_steps is not None:
@@ -477,16 +580,26 @@ class ManiSkillVecEnv:
                 raise ValueError(f"control_mode {control_mode!r} is not supported: {e}") from e
             raise
         obs_space, act_space = self._sim.single_observation_space, self._sim.single_action_space
+        entries: dict[str, ObsSpec] | None = None
+        obs_shape: tuple[int, ...] = ()
+        if isinstance(obs_space, gym.spaces.Dict):
+            entries = {
+                k: ObsSpec(tuple(int(d) for d in box.shape or ()), np.dtype(box.dtype).name)
+                for k, box in obs_space.spaces.items()
+            }
+        else:
+            obs_shape = tuple(int(d) for d in obs_space.shape or ())
         self.spec = EnvSpec(
-            tuple(int(d) for d in obs_space.shape),
+            obs_shape,
             "continuous",
             int(act_space.shape[0]),
             action_low=tuple(float(x) for x in act_space.low),
             action_high=tuple(float(x) for x in act_space.high),
+            obs_dict=entries,
         )
         self._low = np.asarray(self.spec.action_low, dtype=np.float32)
         self._high = np.asarray(self.spec.action_high, dtype=np.float32)
-        self._obs = np.zeros((num_envs, *self.spec.obs_shape), dtype=np.float32)
+        self._obs: Any = obs_zeros(self.spec.observation, num_envs)
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self._len = np.zeros(num_envs, dtype=np.int64)
         self._success = np.zeros(num_envs, dtype=bool)
@@ -495,11 +608,11 @@ class ManiSkillVecEnv:
         self._was_reset = False
         self._closed = False
 
-    def reset(self, *, seed: int | None = None) -> np.ndarray:
+    def reset(self, *, seed: int | None = None) -> Any:
         """Reset every env; env ``i`` uses seed ``seed + i // group_size`` (shared within a group).
 
         Returns:
-            ``[N, obs_dim]`` float32 initial observations.
+            ``[N, obs_dim]`` float32 initial observations (a dict of ``[N, ...]`` arrays in camera modes).
         """
         self._check_open()
         n_groups = self.num_envs // self.group_size
@@ -512,13 +625,13 @@ class ManiSkillVecEnv:
         # Later episodes of env i are seeded from a generator seeded with its reset seed: reproducible runs,
         # and group members keep sharing their sequence of initial states (as in GymnasiumVecEnv).
         self._seed_rngs = [np.random.default_rng(s) for s in seeds]
-        self._obs[:] = self._sim.reset(seeds, self.group_size)
+        _set_rows(self._obs, slice(None), self._sim.reset(seeds, self.group_size))
         self._ret[:] = 0.0
         self._len[:] = 0
         self._success[:] = False
         self._finished[:] = False
         self._was_reset = True
-        return self._obs.copy()
+        return _copy_obs(self._obs)
 
     def _check_actions(self, actions: np.ndarray) -> np.ndarray:
         actions = np.asarray(actions, dtype=np.float32)
@@ -547,7 +660,7 @@ class ManiSkillVecEnv:
         rewards = np.zeros((n, c), dtype=np.float32)
         terms = np.zeros((n, c), dtype=bool)
         truncs = np.zeros((n, c), dtype=bool)
-        final_obs = self._obs.copy()
+        final_obs = _copy_obs(self._obs)
         stats = EpisodeStats()
         for k in range(c):
             obs, rew, term, trunc, success = self._sim.step(actions[:, k])
@@ -559,7 +672,7 @@ class ManiSkillVecEnv:
             self._ret[live] += rew[live]
             self._len[live] += 1
             self._success[live] |= success[live]
-            self._obs[live] = obs[live]
+            _set_rows(self._obs, live, obs)
             ended = live & (term | trunc)
             # A finished env is reset in the simulator too (the vector env refuses to step an ended episode);
             # without auto-reset its new episode is simply not reported.
@@ -569,7 +682,7 @@ class ManiSkillVecEnv:
                     stats.returns.append(float(self._ret[i]))
                     stats.lengths.append(int(self._len[i]))
                     stats.successes.append(bool(self._success[i]))
-                final_obs[ended] = obs[ended]
+                _set_rows(final_obs, ended, obs)
                 self._ret[ended], self._len[ended], self._success[ended] = 0.0, 0, False
             if need_reset.any():
                 reset_seeds: list[int | None] = [
@@ -577,12 +690,12 @@ class ManiSkillVecEnv:
                 ]
                 new_obs = self._sim.reset_done(need_reset, reset_seeds)
                 if self.auto_reset:
-                    self._obs[ended] = new_obs[ended]
+                    _set_rows(self._obs, ended, new_obs)
                 else:
                     self._finished |= ended
         last_done = terms[:, -1] | truncs[:, -1]
-        final_obs[~last_done] = self._obs[~last_done]
-        return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+        _set_rows(final_obs, ~last_done, self._obs)
+        return ChunkStepResult(_copy_obs(self._obs), rewards, terms, truncs, final_obs, stats)
 
     def task_envs(self) -> list[Any]:
         """The ManiSkill task env of each env (its ``unwrapped`` ``BaseEnv``: cube, goal, robot), for scripted experts.
@@ -610,7 +723,7 @@ class ManiSkillVecEnv:
             "num_envs": self.num_envs,
             "sim_backend": self.sim_backend,
             "sim": self._sim.get_state(),
-            "obs": self._obs.copy(),
+            "obs": _copy_obs(self._obs),
             "ret": self._ret.copy(),
             "len": self._len.copy(),
             "success": self._success.copy(),
@@ -630,7 +743,7 @@ class ManiSkillVecEnv:
                 f"of {mine}"
             )
         self._sim.set_state(state["sim"])
-        self._obs[:] = state["obs"]
+        _set_rows(self._obs, slice(None), state["obs"])
         self._ret[:] = state["ret"]
         self._len[:] = state["len"]
         self._success[:] = state["success"]

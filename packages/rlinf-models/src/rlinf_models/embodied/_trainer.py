@@ -107,7 +107,7 @@ def _check_batch(batch: Mapping[str, torch.Tensor]) -> tuple[int, int, int]:
     for key in ("actions", "prev_logprobs"):
         if tuple(batch[key].shape[:2]) != (t, e):
             raise ValueError(f"{key} must start with [T={t}, E={e}], got {list(batch[key].shape)}")
-    obs = batch["obs"]
+    obs: Any = batch["obs"]
     for name, value in obs.items() if isinstance(obs, Mapping) else [("obs", obs)]:
         if tuple(value.shape[:2]) != (t, e):
             where = name if name == "obs" else f"obs[{name!r}]"

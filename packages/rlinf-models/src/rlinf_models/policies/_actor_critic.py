@@ -39,7 +39,7 @@ class PolicyOutput:
     """
 
     actions: torch.Tensor
-    logprobs: TensorObs
+    logprobs: torch.Tensor
     values: torch.Tensor
 
 

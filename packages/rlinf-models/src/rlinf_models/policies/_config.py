@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
 
 __all__ = ["PolicyConfig"]
+
+
+def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"'{attr.name}' must be >= 1 or null: {value}")
 
 
 @attrs.frozen(kw_only=True)
@@ -20,7 +25,7 @@ class PolicyConfig:
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
-    image_feature_dim: int | None = attrs.field(default=256, validator=v.optional(v.gt(0)))
+    image_feature_dim: int | None = attrs.field(default=256, validator=_positive_or_none)
     """Width of the linear projection (and ReLU) after each camera's conv torso (``null``: the flat conv output)."""
     image_aug: Literal["none", "random_shift"] = "none"
     """Off-policy training: DrQ's random-shift augmentation of the sampled images (observation and next

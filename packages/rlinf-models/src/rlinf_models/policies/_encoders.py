@@ -170,10 +170,9 @@ class ObsEncoder(nn.Module):
             raise ValueError("actor.model.obs_keys selects no observation entry")
         self.image_keys = list(images)
         self.vector_keys = list(vectors)
-        self.images = nn.ModuleDict({k: _ImageEncoder(k, s, config) for k, s in images.items()})
-        self.out_dim = sum(e.out_dim for e in self.images.values()) + sum(
-            s.shape[0] for s in vectors.values()
-        )
+        encoders = {k: _ImageEncoder(k, s, config) for k, s in images.items()}
+        self.images = nn.ModuleDict(encoders)
+        self.out_dim = sum(e.out_dim for e in encoders.values()) + sum(s.shape[0] for s in vectors.values())
 
     def forward(self, obs: TensorObs) -> torch.Tensor:
         if not self.is_dict:

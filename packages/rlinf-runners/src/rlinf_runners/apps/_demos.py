@@ -71,6 +71,7 @@ def collect(
     import attrs
     import numpy as np
     import torch
+    from rlinf_core.protocols import obs_index, obs_map, obs_stack
     from rlinf_envs import make_vec_env, prepare_process_env
     from rlinf_envs.maniskill import ManiSkillVecEnv, scripted_expert
     from rlinf_models.offpolicy import TRANSITION_KEYS
@@ -84,8 +85,8 @@ def collect(
     env = make_vec_env(attrs.evolve(split, vector_mode="sync"), num_envs)
     assert isinstance(env, ManiSkillVecEnv)  # env_type maniskill
     chunks = cfg.actor.model.num_action_chunks
-    running: list[list[dict[str, np.ndarray]]] = [[] for _ in range(num_envs)]
-    kept: list[dict[str, np.ndarray]] = []
+    running: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
+    kept: list[dict[str, Any]] = []
     successes: list[bool] = []
     try:
         tasks = env.task_envs()
@@ -97,11 +98,11 @@ def collect(
             for i in range(num_envs):
                 running[i].append(
                     {
-                        "obs": obs[i],
+                        "obs": obs_index(obs, i),
                         "actions": actions[i],
                         "rewards": res.rewards[i],
                         "terminations": res.terminations[i],
-                        "next_obs": res.final_obs[i],
+                        "next_obs": obs_index(res.final_obs, i),
                     }
                 )
             # The ended episodes, in the order chunk_step reports them: by step of the chunk, then by env.
@@ -118,7 +119,7 @@ def collect(
         env.close()
     if not kept:
         return {}, successes
-    out = {k: torch.from_numpy(np.stack([t[k] for t in kept])) for k in TRANSITION_KEYS}
+    out = {k: obs_map(torch.from_numpy, obs_stack([t[k] for t in kept])) for k in TRANSITION_KEYS}
     out["rewards"] = out["rewards"].float()
     out["terminations"] = out["terminations"].bool()
     return out, successes
