@@ -29,7 +29,7 @@ def test_spec_layouts_and_validation() -> None:
     with pytest.raises(ValueError, match=r"dict observations have obs_shape \(\), got \(4,\)"):
         EnvSpec((4,), "continuous", 2, obs_dict={"state": ObsSpec((4,))})
     with pytest.raises(
-        ValueError, match="ObsSpec.dtype: 'float64' is not allowed; choose one of float32, uint8, int16"
+        ValueError, match=r"ObsSpec\.dtype: 'float64' is not allowed; choose one of float32, uint8, int16"
     ):
         ObsSpec((3,), "float64")
 

@@ -169,5 +169,5 @@ def test_sac_with_random_shift_on_camera_observations() -> None:
     assert trainer.update(2)["sac/num_updates"] == 2.0
     no_images = attrs.evolve(model, obs_keys=None, model_type="mlp")
     vec = EnvSpec((3,), "continuous", 2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
-    with pytest.raises(ValueError, match="actor.model.image_aug: 'random_shift' needs image observations"):
+    with pytest.raises(ValueError, match=r"actor\.model\.image_aug: 'random_shift' needs image observations"):
         SACTrainer(SquashedGaussianPolicy(vec, no_images), vec, attrs.evolve(actor, model=no_images), alg)
