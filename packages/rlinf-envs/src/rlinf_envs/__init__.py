@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rlinf_core import lazy_exports
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
-from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
+from ._config import ENV_TYPES, EnvConfig, VecEnvConfig, VideoConfig
 from ._factory import env_config_problems, env_spec_without_worker, make_vec_env
 from ._process import prepare_process_env
 
@@ -32,6 +32,7 @@ __all__ = [
     "EpisodeStats",
     "VecEnv",
     "VecEnvConfig",
+    "VideoConfig",
     "__version__",
     "env_config_problems",
     "env_spec_without_worker",

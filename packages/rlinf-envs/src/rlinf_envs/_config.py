@@ -7,7 +7,7 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
-__all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig"]
+__all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig", "VideoConfig"]
 
 ENV_TYPES = ("gymnasium", "maniskill")
 """Simulator backends ``make_vec_env`` knows."""
@@ -23,6 +23,23 @@ def _image_size(
 ) -> None:
     if value is not None and (len(value) != 2 or min(value) < 1):
         raise ValueError(f"'{attr.name}' must be [height, width] (positive) or null, got {list(value)}")
+
+
+@attrs.frozen(kw_only=True)
+class VideoConfig:
+    """MP4 videos of evaluation episodes (config ``env.eval.video_cfg``, RLinf's key)."""
+
+    save_video: bool = False
+    """Record the first ``num_envs`` envs of each env rank during every evaluation."""
+    video_base_dir: str | None = None
+    """Where the videos go (``null``: ``<runner.logger.log_path>/eval/global_step_<N>/videos``)."""
+    num_envs: int = attrs.field(default=2, validator=v.ge(1))
+    """Envs recorded per env rank (one episode each: the first of the evaluation)."""
+    fps: int = attrs.field(default=10, validator=v.ge(1))
+    """Frames per second of the files (one frame per env step)."""
+    source: Literal["obs", "render"] = "obs"
+    """``obs``: the observation's ``rgb`` image (camera modes; the newest frame of a stack); ``render``: the
+    backend's ``render()`` (any mode: ManiSkill's render camera, LIBERO's agent view)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,6 +73,8 @@ class VecEnvConfig:
     """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default)."""
     frame_stack: int = attrs.field(default=1, validator=v.ge(1))
     """Observe the last ``k`` frames: images stacked along channels ``[H, W, C*k]``, vectors concatenated."""
+    video_cfg: VideoConfig = attrs.field(factory=VideoConfig)
+    """Videos of evaluation episodes (read from ``env.eval``)."""
     # ManiSkill options (ignored by gymnasium).
     sim_backend: str = "physx_cpu"
     """ManiSkill: ``physx_cpu`` (CPU, one scene per env) or ``physx_cuda``/``gpu``."""

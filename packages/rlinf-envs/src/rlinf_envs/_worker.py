@@ -23,6 +23,7 @@ from rlinf_algos import compute_loss_mask
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import (
+    ChunkStepResult,
     EnvSpec,
     EpisodeStats,
     NpObs,
@@ -36,6 +37,7 @@ from rlinf_scheduler import Channel, Worker, peer_slices
 
 from ._config import EnvConfig, VecEnvConfig
 from ._factory import make_vec_env
+from ._video import EpisodeVideos, frames_of
 
 __all__ = ["CHECKPOINT_SUBDIR", "EnvWorker"]
 
@@ -154,8 +156,8 @@ class EnvWorker(Worker):
         (int64: the version of the weights that chose each chunk's actions).
 
         Returns:
-            Episode statistics of the episodes that ended (``returns``, ``lengths``, ``successes``) and
-            ``env_steps`` (env steps simulated by this rank).
+            Episode statistics of the episodes that ended (:meth:`EpisodeStats.as_dict`) and ``env_steps`` (env
+            steps simulated by this rank).
         """
         stats = EpisodeStats()
         steps = 0
@@ -171,20 +173,21 @@ class EnvWorker(Worker):
                 for key in range(actor_world_size):
                     actor_channel.put(traj, key=key if batch is None else (batch, key))
         self._send_end(rollout_group, peers)
-        return {
-            "returns": stats.returns,
-            "lengths": stats.lengths,
-            "successes": stats.successes,
-            "env_steps": steps,
-        }
+        return stats.as_dict() | {"env_steps": steps}
 
-    def evaluate(self, rollout_group: str) -> dict[str, Any]:
+    def evaluate(self, rollout_group: str, video_dir: str | None = None) -> dict[str, Any]:
         """One evaluation of ``env.eval`` envs from a fixed seed with deterministic actions.
 
         It runs until every env's episode ended or ``env.eval.max_steps_per_rollout_epoch`` steps passed.
 
+        Args:
+            rollout_group: the rollout group answering the observations.
+            video_dir: with ``env.eval.video_cfg.save_video``: where this rank writes the MP4 files of its first
+                ``video_cfg.num_envs`` envs (first stage), one per episode.
+
         Returns:
-            ``returns``, ``lengths``, ``successes`` of the episodes that ended.
+            The finished episodes' ``returns``, ``lengths``, ``successes``, ``successes_at_end``, ``tasks``
+            (see :class:`~rlinf_core.protocols.EpisodeStats`) and ``videos`` (the files written).
         """
         cfg = self.cfg.eval
         if self._eval is None:
@@ -193,6 +196,7 @@ class EnvWorker(Worker):
         obs = [env.reset(seed=self._seed(cfg, s, self.n_eval)) for s, env in enumerate(self._eval)]
         finished = [np.zeros(self.n_eval, dtype=bool) for _ in range(self.stages)]
         stats = EpisodeStats()
+        videos = self._videos(video_dir, obs[0])
         for s in range(self.stages):
             self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
         t_chunks = cfg.max_steps_per_rollout_epoch // self.chunks
@@ -202,14 +206,45 @@ class EnvWorker(Worker):
                 with self.timer("eval_env_step"):
                     res = env.chunk_step(self._actions(reply["actions"]))
                 stats.extend(res.episodes)
-                finished[s] |= res.dones.any(axis=1)
+                ended = res.dones.any(axis=1) & ~finished[s]
+                finished[s] |= ended
                 obs[s] = res.obs
+                if s == 0 and videos is not None:
+                    self._record(videos, env, res, ended)
             if t == t_chunks - 1 or all(f.all() for f in finished):
                 break
             for s in range(self.stages):
                 self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
         self._send_end(rollout_group, peers)
-        return {"returns": stats.returns, "lengths": stats.lengths, "successes": stats.successes}
+        if videos is not None:
+            videos.close()
+        return stats.as_dict() | {"videos": [] if videos is None else videos.files}
+
+    def _videos(self, video_dir: str | None, obs: NpObs) -> EpisodeVideos | None:
+        video = self.cfg.eval.video_cfg
+        if not video.save_video or video_dir is None:
+            return None
+        assert self._eval is not None
+        count = min(video.num_envs, self.n_eval)
+        videos = EpisodeVideos(video, video_dir, f"rank{self.rank}", count)
+        with self.timer("video_frames"):
+            videos.add(frames_of(self._eval[0], obs, video.source, count))
+        return videos
+
+    def _record(self, videos: EpisodeVideos, env: VecEnv, res: ChunkStepResult, ended: np.ndarray) -> None:
+        """One frame per recorded env; an env whose episode ended gets its last frame and its file."""
+        video = self.cfg.eval.video_cfg
+        count = len(videos.open)
+        with self.timer("video_frames"):
+            frames = frames_of(env, res.final_obs if video.source == "obs" else res.obs, video.source, count)
+        videos.add(frames)
+        # The episodes that ended in this chunk, in the order EpisodeStats lists them (by step, then env).
+        order = [int(i) for k in range(res.dones.shape[1]) for i in np.flatnonzero(res.dones[:, k] & ended)]
+        ep = res.episodes
+        for j, i in enumerate(dict.fromkeys(order)):
+            success = ep.successes[j] if j < len(ep.successes) else None
+            task = ep.tasks[j] if j < len(ep.tasks) else None
+            videos.finish(i, success=success, task=task)
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -15,11 +15,13 @@ env, model or rollout code):
 from __future__ import annotations
 
 import abc
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from rlinf_core.checkpoint import atomic_write_bytes
 from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole, TrajectoryActor
 from rlinf_scheduler import Channel, RoleCall, RoleGroup
 
@@ -27,7 +29,7 @@ from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 from ._metrics import mean_over_ranks
 
-__all__ = ["EmbodiedRunner", "EnvRunner", "rollout_metrics"]
+__all__ = ["EmbodiedRunner", "EnvRunner", "per_task_results", "results_markdown", "rollout_metrics"]
 
 A = TypeVar("A", bound=TrajectoryActor)
 R = TypeVar("R")
@@ -35,22 +37,93 @@ R = TypeVar("R")
 
 def _merge_episode_stats(results: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
     """Episode lists from every env rank → ``<prefix>/return_mean`` etc. weighted by episode."""
-    returns: list[float] = []
-    lengths: list[float] = []
-    successes: list[float] = []
-    for r in results:
-        returns += list(r.get("returns", []))
-        lengths += list(r.get("lengths", []))
-        successes += list(r.get("successes", []))
+    episodes = _episode_lists(results)
+    returns, lengths = episodes["returns"], episodes["lengths"]
     out: dict[str, float] = {f"{prefix}/num_episodes": float(len(returns))}
     if returns:
         out[f"{prefix}/return_mean"] = sum(returns) / len(returns)
         out[f"{prefix}/return_max"] = max(returns)
         out[f"{prefix}/return_min"] = min(returns)
         out[f"{prefix}/episode_len_mean"] = sum(lengths) / len(lengths)
-    if successes:  # only envs that define success report it (not CartPole or Pendulum)
-        out[f"{prefix}/success_rate"] = sum(successes) / len(successes)
+    # Only envs that define success report it (not CartPole or Pendulum): success_rate is RLinf's success_once.
+    for key, name in (("successes", "success_rate"), ("successes_at_end", "success_at_end")):
+        if episodes[key]:
+            out[f"{prefix}/{name}"] = sum(episodes[key]) / len(episodes[key])
     return out
+
+
+def _episode_lists(results: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The env ranks' episode lists concatenated (rank order)."""
+    keys = ("returns", "lengths", "successes", "successes_at_end", "tasks", "videos")
+    out: dict[str, list[Any]] = {k: [] for k in keys}
+    for r in results:
+        for k in keys:
+            out[k] += list(r.get(k, []))
+    return out
+
+
+def per_task_results(results: Sequence[Mapping[str, Any]], default_task: str) -> dict[str, Any]:
+    """An evaluation's episodes grouped by task: what ``eval/results.json`` holds.
+
+    Args:
+        results: the env ranks' ``evaluate`` results.
+        default_task: the task name of episodes whose env reports none (single-task envs: the env id).
+
+    Returns:
+        ``{"tasks": [{"task", "episodes", "success_rate", "success_at_end", "return_mean"}, ...], "episodes",
+        "success_rate", "return_mean", "videos"}``; success entries are ``None`` for tasks without success.
+    """
+    ep = _episode_lists(results)
+    n = len(ep["returns"])
+    tasks = ep["tasks"] if len(ep["tasks"]) == n else [default_task] * n
+    rows = []
+    for task in dict.fromkeys(tasks):
+        idx = [i for i, t in enumerate(tasks) if t == task]
+        rows.append(
+            {
+                "task": task,
+                "episodes": len(idx),
+                "success_rate": _mean([ep["successes"][i] for i in idx if i < len(ep["successes"])]),
+                "success_at_end": _mean(
+                    [ep["successes_at_end"][i] for i in idx if i < len(ep["successes_at_end"])]
+                ),
+                "return_mean": _mean([ep["returns"][i] for i in idx]),
+            }
+        )
+    return {
+        "tasks": rows,
+        "episodes": n,
+        "success_rate": _mean(ep["successes"]),
+        "return_mean": _mean(ep["returns"]),
+        "videos": ep["videos"],
+    }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(sum(values) / len(values)) if values else None
+
+
+def results_markdown(table: Mapping[str, Any], title: str) -> str:
+    """The per-task table of :func:`per_task_results` as Markdown."""
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [
+        f"# {title}",
+        "",
+        "| task | episodes | success rate | success at end | mean return |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in table["tasks"]:
+        lines.append(
+            f"| {row['task']} | {row['episodes']} | {fmt(row['success_rate'])} | {fmt(row['success_at_end'])} "
+            f"| {fmt(row['return_mean'])} |"
+        )
+    lines += ["", f"All: {table['episodes']} episodes, success rate {fmt(table['success_rate'])}."]
+    if table["videos"]:
+        lines += ["", "Videos: " + ", ".join(Path(v).name for v in table["videos"])]
+    return "\n".join(lines) + "\n"
 
 
 def rollout_metrics(env_results: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
@@ -109,8 +182,14 @@ class EnvRunner(Runner, Generic[A]):
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
         channel: Any = None,
+        eval_task_name: str = "eval",
+        video_dir: str | None = None,
     ) -> None:
         super().__init__(cfg, run_config=run_config, on_step=on_step)
+        self.eval_task_name = eval_task_name
+        """Task name in ``eval/results.json`` for envs that report none (the eval env id)."""
+        self.video_dir = video_dir
+        """Where evaluation videos go (``None``: ``<log_path>/eval/global_step_<N>/videos``)."""
         self.actor = actor
         self.rollout = rollout
         self.env = env
@@ -173,10 +252,23 @@ class EnvRunner(Runner, Generic[A]):
     def evaluate(self) -> dict[str, float]:
         """Run the evaluation envs with deterministic actions; returns ``eval/*`` metrics."""
         start = time.perf_counter()
+        out_dir = self.log_path / "eval" / f"global_step_{self.global_step}"
+        video_dir = self.video_dir or str(out_dir / "videos")
         serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "eval", **self.generate_options())
-        results = self.wait(self.env.call(EnvRole.evaluate, self.rollout.name))
+        results = self.wait(self.env.call(EnvRole.evaluate, self.rollout.name, video_dir))
         self.wait(serve)
-        return self.record_eval(_merge_episode_stats(results, "eval"), start)
+        metrics = self.record_eval(_merge_episode_stats(results, "eval"), start)
+        self._write_results(results, out_dir)
+        return metrics
+
+    def _write_results(self, results: Sequence[Mapping[str, Any]], out_dir: Path) -> None:
+        """``results.json`` / ``results.md`` (per task) in ``out_dir`` and, as the latest, in ``<log_path>/eval``."""
+        table = per_task_results(results, self.eval_task_name) | {"global_step": self.global_step}
+        text = json.dumps(table, indent=2)
+        md = results_markdown(table, f"Evaluation at step {self.global_step}")
+        for where in (out_dir, self.log_path / "eval"):
+            atomic_write_bytes(where / "results.json", text.encode())
+            atomic_write_bytes(where / "results.md", md.encode())
 
     def collect(self, mode: Literal["train", "random"] = "train") -> dict[str, float]:
         """One rollout phase: the envs step with the rollout's actions, trajectories reach the actor ranks.

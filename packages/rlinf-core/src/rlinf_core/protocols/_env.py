@@ -66,17 +66,37 @@ class EnvSpec:
 
 @dataclass
 class EpisodeStats:
-    """Episodes that finished during a chunk step (one entry per finished episode)."""
+    """Episodes that finished during a chunk step (one entry per finished episode).
+
+    ``returns`` and ``lengths`` always; the rest where the task defines them (then for every episode):
+    ``successes`` (the task was solved at some step of the episode: RLinf's ``success_once``),
+    ``successes_at_end`` (solved at the episode's last step: ``success_at_end``) and ``tasks`` (the task's name,
+    for multi-task suites such as LIBERO or Meta-World MT10).
+    """
 
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
+    successes_at_end: list[bool] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
 
     def extend(self, other: EpisodeStats) -> None:
         """Append ``other``'s episodes."""
         self.returns += other.returns
         self.lengths += other.lengths
         self.successes += other.successes
+        self.successes_at_end += other.successes_at_end
+        self.tasks += other.tasks
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        """The lists by name (what env workers return to the runner)."""
+        return {
+            "returns": self.returns,
+            "lengths": self.lengths,
+            "successes": self.successes,
+            "successes_at_end": self.successes_at_end,
+            "tasks": self.tasks,
+        }
 
 
 @dataclass(frozen=True)

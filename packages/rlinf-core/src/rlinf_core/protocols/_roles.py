@@ -201,8 +201,11 @@ class EnvRole(TimedRole, CheckpointRole, Protocol):
         """
         ...
 
-    def evaluate(self, rollout_group: str) -> dict[str, Any]:
-        """Run one deterministic evaluation; returns its episode lists (``returns``, ``lengths``, ...)."""
+    def evaluate(self, rollout_group: str, video_dir: str | None = None) -> dict[str, Any]:
+        """Run one deterministic evaluation; returns its episode lists (``returns``, ``lengths``, ...).
+
+        With ``video_dir`` (and videos enabled in the env config) the rank also writes episode videos there.
+        """
         ...
 
 

@@ -204,6 +204,7 @@ class GymnasiumVecEnv:
                     flag = info.get("success", info.get("is_success"))
                     if flag is not None:  # an env without a notion of success (CartPole) reports none
                         stats.successes.append(bool(flag))
+                        stats.successes_at_end.append(bool(flag))
                     self._ret[i], self._len[i] = 0.0, 0
                     final_obs[i] = obs
                     if self.auto_reset:

@@ -209,6 +209,12 @@ class _SingleEnv(gym.Wrapper[Any, np.ndarray, Any, Any]):
         obs, _ = self.env.reset(seed=seed, options=options)
         return self._obs(obs), {}
 
+    def rlinf_render(self) -> np.ndarray:
+        """``[H, W, 3]`` uint8 from the human render camera (called through the vector env's ``call``)."""
+        base: Any = self.env.unwrapped  # ManiSkill's BaseEnv (untyped)
+        frame: np.ndarray = _to_numpy(base.render_rgb_array())[0]
+        return frame
+
     @property
     def rlinf_state(self) -> dict[str, Any]:
         """This env's full state (read and written through the vector env's ``get_attr``/``set_attr``)."""
@@ -303,6 +309,9 @@ class _CpuSim:
             success,
         )
 
+    def render(self) -> np.ndarray:
+        return np.stack(list(self._vec.call("rlinf_render")))
+
     def task_envs(self) -> list[Any]:
         if not isinstance(self._vec, gym.vector.SyncVectorEnv):
             raise RuntimeError(
@@ -380,6 +389,9 @@ class _GpuSim:
         term_np = _to_numpy(term).astype(bool).reshape(self._n) & (not self._ignore_terminations)
         trunc_np = _to_numpy(trunc).astype(bool).reshape(self._n)
         return _batch_obs(obs, self._base), _to_numpy(rew), term_np, trunc_np, success
+
+    def render(self) -> np.ndarray:
+        return _to_numpy(self._base.render_rgb_array())
 
     def task_envs(self) -> list[Any]:
         raise RuntimeError(
@@ -682,6 +694,7 @@ class ManiSkillVecEnv:
                     stats.returns.append(float(self._ret[i]))
                     stats.lengths.append(int(self._len[i]))
                     stats.successes.append(bool(self._success[i]))
+                    stats.successes_at_end.append(bool(success[i]))
                 _set_rows(final_obs, ended, obs)
                 self._ret[ended], self._len[ended], self._success[ended] = 0.0, 0, False
             if need_reset.any():
@@ -696,6 +709,14 @@ class ManiSkillVecEnv:
         last_done = terms[:, -1] | truncs[:, -1]
         _set_rows(final_obs, ~last_done, self._obs)
         return ChunkStepResult(_copy_obs(self._obs), rewards, terms, truncs, final_obs, stats)
+
+    def render(self) -> np.ndarray:
+        """``[N, H, W, 3]`` uint8: each env's scene from ManiSkill's human render camera (512x512 by default).
+
+        For videos of any observation mode; the first call compiles the renderer's shaders (~10 s on the CPU).
+        """
+        self._check_open()
+        return self._sim.render()
 
     def task_envs(self) -> list[Any]:
         """The ManiSkill task env of each env (its ``unwrapped`` ``BaseEnv``: cube, goal, robot), for scripted experts.

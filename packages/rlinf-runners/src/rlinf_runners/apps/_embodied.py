@@ -303,6 +303,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
             "rollout_epoch": cfg.algorithm.rollout_epoch,
             "run_config": unstructure_config(cfg),
             "on_step": on_step,
+            "eval_task_name": cfg.env.eval.env_id,
+            "video_dir": cfg.env.eval.video_cfg.video_base_dir,
         }
         if cfg.algorithm.is_offpolicy:
             return build_offpolicy_runner(cfg, common)
