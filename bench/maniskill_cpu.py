@@ -7,7 +7,10 @@ the reported ratio is the median of the paired ratios (robust to slow load drift
 
     eval "$(bash scripts/install_vulkan_cpu.sh)"
     uv run python bench/maniskill_cpu.py [--env-id PushCube-v1] [--num-envs 1 2 4 8] [--steps 400] [--chunk 8]
-        [--repeats 3] [--torch-threads 1]
+        [--repeats 3] [--torch-threads 1] [--obs-mode rgb --image-size 64 64]
+
+With a camera ``--obs-mode`` both sides render the same camera at ``--image-size`` (the baseline gets
+ManiSkill's nested observation, ours the flat dict of numpy arrays).
 
 Random actions in [-1, 1]; construction and a warm-up chunk are not timed. Each case builds its env once and
 times ``--repeats`` segments of ``--steps`` steps per env. Async workers always run torch with one thread
@@ -29,13 +32,16 @@ import numpy as np
 class RawBaseline:
     """One raw ManiSkill env kept alive for the whole run; ``segment`` times ``steps`` steps."""
 
-    def __init__(self, env_id: str, steps: int) -> None:
+    def __init__(self, env_id: str, steps: int, obs_mode: str, image_size: tuple[int, int] | None) -> None:
         import gymnasium as gym
         import mani_skill.envs  # noqa: F401
         import torch
 
+        kwargs: dict[str, Any] = {}
+        if image_size is not None and obs_mode != "state":
+            kwargs["sensor_configs"] = {"height": image_size[0], "width": image_size[1]}
         self.env: Any = gym.make(
-            env_id, num_envs=1, obs_mode="state", sim_backend="physx_cpu", render_backend="cpu"
+            env_id, num_envs=1, obs_mode=obs_mode, sim_backend="physx_cpu", render_backend="cpu", **kwargs
         )
         self.env.reset(seed=0)
         dim = self.env.unwrapped.single_action_space.shape[0]
@@ -52,12 +58,19 @@ class RawBaseline:
 
 
 def run_case(
-    base: RawBaseline, env_id: str, num_envs: int, mode: str, steps: int, chunk: int, repeats: int
+    base: RawBaseline,
+    env_id: str,
+    num_envs: int,
+    mode: str,
+    steps: int,
+    chunk: int,
+    repeats: int,
+    obs: tuple[str, tuple[int, int] | None] = ("state", None),
 ) -> dict[str, Any]:
     from rlinf_envs.maniskill import ManiSkillVecEnv
 
     t0 = time.perf_counter()
-    env = ManiSkillVecEnv(env_id, num_envs, vector_mode=mode)
+    env = ManiSkillVecEnv(env_id, num_envs, vector_mode=mode, obs_mode=obs[0], image_size=obs[1])
     build_s = time.perf_counter() - t0
     n_chunks = max(1, steps // chunk)
     rng = np.random.default_rng(0)
@@ -74,6 +87,7 @@ def run_case(
     env.close()
     return {
         "case": f"ManiSkillVecEnv {mode}",
+        "obs_mode": obs[0],
         "num_envs": num_envs,
         "chunk": chunk,
         "env_steps_per_s": round(statistics.median(rates), 1),
@@ -94,6 +108,10 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["sync", "async"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--obs-mode", default="state", help="state, rgb, rgbd, ... (ManiSkillVecEnv's obs modes)"
+    )
+    parser.add_argument("--image-size", type=int, nargs=2, default=None, metavar=("H", "W"))
+    parser.add_argument(
         "--torch-threads",
         type=int,
         default=0,
@@ -111,10 +129,13 @@ def main() -> None:
         torch.set_num_threads(args.torch_threads)
     head = {"cpus": os.cpu_count(), "torch_threads": args.torch_threads, "env_id": args.env_id}
     print(json.dumps({**head, "loadavg_start": round(os.getloadavg()[0], 1)}), flush=True)
-    base = RawBaseline(args.env_id, args.steps)
+    size = None if args.image_size is None else (args.image_size[0], args.image_size[1])
+    base = RawBaseline(args.env_id, args.steps, args.obs_mode.replace("rgbd+", "rgb+depth+"), size)
     for n in args.num_envs:
         for mode in args.modes:
-            row = run_case(base, args.env_id, n, mode, args.steps, args.chunk, args.repeats)
+            row = run_case(
+                base, args.env_id, n, mode, args.steps, args.chunk, args.repeats, (args.obs_mode, size)
+            )
             print(json.dumps(row), flush=True)
     base.env.close()
 
