@@ -48,10 +48,20 @@ def demo_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _load(app: EmbodiedApp, name: str, demo_file: Path) -> Any:
-    """Load a shipped config, its demo buffer (generated, not shipped) replaced by ``demo_file``."""
+    """Load a shipped config; its demo buffer and DAgger expert (generated, not shipped) replaced by stand-ins."""
     path = APP_DIR / "config" / f"{name}.yaml"
-    has_demos = (yaml.safe_load(path.read_text()).get("algorithm") or {}).get("demo_buffer")
-    return app.load_config(path, [f"algorithm.demo_buffer.load_path={demo_file}"] if has_demos else [])
+    raw = yaml.safe_load(path.read_text())
+    overrides = []
+    if (raw.get("algorithm") or {}).get("demo_buffer"):
+        overrides.append(f"algorithm.demo_buffer.load_path={demo_file}")
+    if (raw.get("actor") or {}).get("expert"):
+        expert = (
+            demo_file.parent / "global_step_1" / "actor" / "model.pt"
+        )  # only its presence is checked here
+        expert.parent.mkdir(parents=True, exist_ok=True)
+        expert.touch()
+        overrides.append(f"actor.expert.checkpoint={expert.parent.parent}")
+    return app.load_config(path, overrides)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -131,3 +141,11 @@ def test_train_print_config_and_bad_override_exit_codes(tmp_path: Path) -> None:
     assert "runner.max_epoch: unknown key (did you mean 'runner.max_epochs'?)" in bad.stderr
     assert "env.train.total_num_envs: expected int" in bad.stderr
     assert _train("--config-name", "nope").returncode == 2
+
+
+def test_dagger_without_its_expert_fails_before_ray_naming_the_command(app: EmbodiedApp, tmp_path: Path) -> None:
+    path = APP_DIR / "config" / "maniskill_pushcube_rgb_dagger.yaml"
+    with pytest.raises(ConfigError) as err:
+        app.load_config(path, [f"actor.expert.checkpoint={tmp_path / 'nothing'}"])
+    text = str(err.value)
+    assert "actor.expert.checkpoint: no expert weights at" in text and "maniskill_pushcube_ppo" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -9,7 +10,7 @@ from attrs import validators as v
 
 from .policies import PolicyConfig
 
-__all__ = ["EmbodiedActorConfig", "OptimConfig"]
+__all__ = ["EmbodiedActorConfig", "ExpertConfig", "OptimConfig"]
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: float | None) -> None:
@@ -44,11 +45,44 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ExpertConfig:
+    """The expert DAgger imitates (config ``actor.expert``; ``algorithm.loss_type: embodied_dagger``).
+
+    The expert is a policy trained earlier (by this project: any embodied config's checkpoint) on an
+    observation entry the learner does not see, typically ManiSkill's ``privileged_state`` beside the camera
+    images (``env.*.obs_mode: rgb+state``).
+    """
+
+    model: PolicyConfig = attrs.field(factory=PolicyConfig)
+    """The expert's architecture: the ``actor.model`` of the run that trained it."""
+    checkpoint: str = ""
+    """The expert's weights: a checkpoint directory (``.../global_step_<N>``) or its ``actor/model.pt``."""
+    obs_key: str | None = "privileged_state"
+    """The observation entry the expert acts on (``null``: the whole observation, an array)."""
+    beta: float = attrs.field(default=1.0, validator=[v.ge(0.0), v.le(1.0)])
+    """Probability that the expert's action is executed instead of the learner's in the first rollout."""
+    beta_decay: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
+    """Per training step: rollout ``i`` executes the expert's action with probability ``beta * beta_decay**i``
+    (DAgger's mixture ``π_i = β_i π* + (1 - β_i) π̂_i``)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.checkpoint:
+            raise ValueError("actor.expert.checkpoint: give the expert's checkpoint directory or model.pt")
+
+    def weights_file(self) -> Path:
+        """The expert's ``model.pt``."""
+        path = Path(self.checkpoint)
+        return path if path.suffix == ".pt" else path / "actor" / "model.pt"
+
+
+@attrs.frozen(kw_only=True)
 class EmbodiedActorConfig:
     """The actor (training) component (config ``actor``)."""
 
     model: PolicyConfig = attrs.field(factory=PolicyConfig)
     optim: OptimConfig = attrs.field(factory=OptimConfig)
+    expert: ExpertConfig | None = None
+    """DAgger (``algorithm.loss_type: embodied_dagger``): the expert the policy imitates."""
     global_batch_size: int = attrs.field(default=256, validator=v.ge(1))
     """Samples per optimizer step, over all actor ranks."""
     micro_batch_size: int = attrs.field(default=256, validator=v.ge(1))

@@ -17,6 +17,8 @@ from rlinf_core.protocols import (
     receive_weights,
     take_newest_weights,
 )
+from rlinf_models import ExpertConfig
+from rlinf_models.offpolicy import build_expert
 from rlinf_models.policies import (
     PolicyConfig,
     PolicyOutput,
@@ -50,6 +52,8 @@ class EmbodiedRolloutWorker(Worker):
         env_world_size: ranks of the env group.
         train_num_envs: ``env.train.total_num_envs``.
         eval_num_envs: ``env.eval.total_num_envs``.
+        expert: DAgger (``actor.expert``): training rollouts run the policy deterministically and execute the
+            expert's action instead at each step with probability ``beta * beta_decay**version``.
     """
 
     def __init__(
@@ -61,12 +65,15 @@ class EmbodiedRolloutWorker(Worker):
         env_world_size: int = 1,
         train_num_envs: int = 1,
         eval_num_envs: int = 1,
+        expert: ExpertConfig | None = None,
     ) -> None:
         torch.set_num_threads(cfg.torch_num_threads)
         torch.manual_seed(cfg.seed + self.rank)
         self.cfg = cfg
         self.policy = build_inference_policy(spec, model)
         self.policy.eval()
+        self.expert_cfg = expert
+        self.expert = None if expert is None else build_expert(spec, expert)
         self.version = -1
         stages = cfg.pipeline_stage_num
         self._peers: dict[str, list[int]] = {}
@@ -205,13 +212,32 @@ class EmbodiedRolloutWorker(Worker):
         return served
 
     # ------------------------------------------------------------------------------------------ internals
+    def _mix_expert(self, obs: Any, out: PolicyOutput, n: int) -> PolicyOutput:
+        """DAgger's mixture: each row's action is the expert's with probability ``β`` of this weights version."""
+        assert self.expert is not None and self.expert_cfg is not None
+        beta = self.expert_cfg.beta * self.expert_cfg.beta_decay ** max(self.version, 0)
+        take = torch.rand(n) < beta
+        if not take.any():
+            return out
+        key = self.expert_cfg.obs_key
+        expert = self.expert.act(obs if key is None else obs[key], deterministic=True).actions[take]
+        actions = out.actions.clone()
+        if expert.shape[1] != actions.shape[1]:  # a one-step expert: its action for the whole chunk
+            expert = expert[:, :1].expand(-1, actions.shape[1], -1)
+        actions[take] = expert.to(actions.dtype)
+        return PolicyOutput(actions, out.logprobs, out.values)
+
     @torch.no_grad()
     def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
         sizes = [obs_len(m["obs"]) for m in msgs]
         obs = obs_map(torch.as_tensor, obs_concat([m["obs"] for m in msgs]))
         deterministic = mode == "eval" or self.cfg.deterministic or bool(msgs[0].get("deterministic"))
+        if self.expert is not None and mode == "train":
+            deterministic = True  # DAgger: the learner's own action; exploration is the expert mixture
         out = self.policy.act(obs, deterministic=deterministic)
         n = sum(sizes)
+        if self.expert is not None and mode == "train":
+            out = self._mix_expert(obs, out, n)
         if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy):
             out = PolicyOutput(self.policy.random_actions(n), torch.zeros_like(out.logprobs), out.values)
         logprobs = out.logprobs.reshape(n, -1)

@@ -19,8 +19,9 @@ __all__ = [
     "ReplayBufferConfig",
 ]
 
-OFFPOLICY_LOSS_TYPES = ("embodied_sac",)
-"""``algorithm.loss_type`` (and ``adv_type``) values that select the off-policy (replay buffer) training path."""
+OFFPOLICY_LOSS_TYPES = ("embodied_sac", "embodied_dagger")
+"""``algorithm.loss_type`` (and ``adv_type``) values that select the off-policy (replay buffer) training path:
+SAC and its family, or DAgger (imitation of an expert policy on the states the learner visits)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -1,4 +1,4 @@
-"""Off-policy embodied training: replay buffers, the SAC-family trainer and ``OffPolicyActorWorker``.
+"""Off-policy embodied training: replay buffers, the SAC-family and DAgger trainers and ``OffPolicyActorWorker``.
 
 The math (critic targets, actor and temperature losses, Polyak updates) is ``rlinf_algos.offpolicy``; the
 networks are ``rlinf_models.policies.SquashedGaussianPolicy`` and ``QEnsemble``.
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from rlinf_core import lazy_exports
 
 from ._buffer import ReplayBuffer, SymmetricSampler
+from ._dagger import DAggerTrainer, build_expert, expert_spec
 from ._trainer import TRANSITION_KEYS, SACTrainer, trajectory_transitions
 
 if TYPE_CHECKING:
@@ -16,10 +17,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRANSITION_KEYS",
+    "DAggerTrainer",
     "OffPolicyActorWorker",
     "ReplayBuffer",
     "SACTrainer",
     "SymmetricSampler",
+    "build_expert",
+    "expert_spec",
     "trajectory_transitions",
 ]
 

@@ -36,6 +36,7 @@ from .._fsdp import (
 )
 from ..embodied import gather_trajectories, staleness_counts
 from ..policies import SquashedGaussianPolicy
+from ._dagger import DAggerTrainer
 from ._trainer import SACTrainer
 
 __all__ = ["CHECKPOINT_SUBDIR", "OffPolicyActorWorker"]
@@ -45,7 +46,7 @@ CHECKPOINT_SUBDIR = "actor"
 
 
 class OffPolicyActorWorker(Worker):
-    """Hosts a :class:`SACTrainer`: trajectories from the env channel go into its replay buffer; updates sample it.
+    """Hosts a :class:`SACTrainer` (or, for DAgger, a :class:`DAggerTrainer`): trajectories from the env channel go into its replay buffer; updates sample it.
 
     With more than one rank the policy and critics are sharded with FSDP2 (``fully_shard``, gloo on the CPU,
     NCCL on GPUs) and the ranks split each gradient step's batch (see :class:`SACTrainer`): every rank receives
@@ -87,16 +88,24 @@ class OffPolicyActorWorker(Worker):
                 return shard_module(module, mesh)
 
             shard(self.policy)
-        self.trainer = SACTrainer(
-            self.policy,
-            spec,
-            actor,
-            algorithm,
-            device=self.device,
-            rank=self.rank,
-            world_size=self.world_size,
-            shard=shard,
-        )
+        self.trainer: SACTrainer | DAggerTrainer
+        if algorithm.loss_type == "embodied_dagger":
+            if self.world_size > 1:
+                raise ValueError(
+                    "algorithm.loss_type embodied_dagger runs on one actor rank; place the actor on one slot"
+                )
+            self.trainer = DAggerTrainer(self.policy, spec, actor, algorithm, device=self.device)
+        else:
+            self.trainer = SACTrainer(
+                self.policy,
+                spec,
+                actor,
+                algorithm,
+                device=self.device,
+                rank=self.rank,
+                world_size=self.world_size,
+                shard=shard,
+            )
         self._received = 0
         self._versions: torch.Tensor | None = None
 
@@ -206,12 +215,7 @@ class OffPolicyActorWorker(Worker):
         """
         root = Path(path) / CHECKPOINT_SUBDIR
         # collective under FSDP2: every rank gathers, rank 0 writes (the buffers are the same on every rank)
-        files = (
-            ("model.pt", full_model_state_dict(self.policy)),
-            ("critic.pt", self.trainer.critic_state_dict()),
-            ("optimizer.pt", self.trainer.optimizer_state_dict()),
-            ("trainer.pt", self.trainer.counters()),
-        )
+        files = [("model.pt", full_model_state_dict(self.policy)), *self.trainer.checkpoint_files()]
         if self.rank == 0:
             save_checkpoint_files(root, files)
         save_rank_rng(root, self.rank)
@@ -225,18 +229,18 @@ class OffPolicyActorWorker(Worker):
             FileNotFoundError: when ``path`` holds no off-policy actor checkpoint.
         """
         root = Path(path) / CHECKPOINT_SUBDIR
-        if not (root / "critic.pt").is_file():
+        if not (root / "trainer.pt").is_file():
             raise FileNotFoundError(
-                f"load_checkpoint: {root} holds no off-policy actor checkpoint (no critic.pt)"
+                f"load_checkpoint: {root} holds no off-policy actor checkpoint (no trainer.pt)"
             )
 
         def load(name: str) -> Any:
-            return torch.load(root / name, map_location=self.device, weights_only=True)
+            # The buffers (trainer.pt) stay on the CPU; the networks' states go to the device.
+            where = "cpu" if name == "trainer.pt" else self.device
+            return torch.load(root / name, map_location=where, weights_only=True)
 
         load_full_model_state_dict(self.policy, load("model.pt"))
-        self.trainer.load_critic_state_dict(load("critic.pt"))
-        self.trainer.load_optimizer_state_dict(load("optimizer.pt"))
-        self.trainer.load_counters(torch.load(root / "trainer.pt", map_location="cpu", weights_only=True))
+        self.trainer.load_checkpoint_files(load)
         if not load_rank_rng(root, self.rank):
             self.log_warning("no RNG state for rank %d in %s", self.rank, root)
         self._received = 0

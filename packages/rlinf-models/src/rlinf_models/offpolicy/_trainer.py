@@ -430,6 +430,20 @@ class SACTrainer:
         with torch.no_grad():
             self.alpha_param.copy_(state["alpha_param"].to(self.alpha_param.device))
 
+    def checkpoint_files(self) -> list[tuple[str, Any]]:
+        """What a checkpoint holds besides the policy: ``critic.pt``, ``optimizer.pt``, ``trainer.pt``."""
+        return [
+            ("critic.pt", self.critic_state_dict()),
+            ("optimizer.pt", self.optimizer_state_dict()),
+            ("trainer.pt", self.counters()),
+        ]
+
+    def load_checkpoint_files(self, load: Callable[[str], Any]) -> None:
+        """Restore :meth:`checkpoint_files` (``load(name)`` reads one file)."""
+        self.load_critic_state_dict(load("critic.pt"))
+        self.load_optimizer_state_dict(load("optimizer.pt"))
+        self.load_counters(load("trainer.pt"))
+
     def counters(self) -> dict[str, Any]:
         """Step counters and the buffers (contents and sampling generators)."""
         return {

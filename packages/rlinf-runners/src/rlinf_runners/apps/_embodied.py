@@ -226,6 +226,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         placement = HybridComponentPlacement(cfg.cluster, cluster)
         ws = {c: placement.get_world_size(c) for c in self.components}
         self.check(cfg, ws)
+        cfg = attrs.evolve(cfg, actor=self._actor_config(cfg))
         stages = cfg.rollout.pipeline_stage_num
         driver_spec = env_spec_without_worker(cfg.env.train)
         env = (
@@ -261,6 +262,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 env_world_size=ws["env"],
                 train_num_envs=cfg.env.train.total_num_envs,
                 eval_num_envs=cfg.env.eval.total_num_envs,
+                **({"expert": cfg.actor.expert} if cfg.algorithm.loss_type == "embodied_dagger" else {}),
             )
             .launch(cluster, placement.get_strategy("rollout"), name="rollout")
         )
@@ -274,6 +276,14 @@ class EmbodiedApp(App[EmbodiedConfig]):
         actor.wait_ready(timeout=timeout_s)
         rollout.wait_ready(timeout=timeout_s)
         return {"actor": actor, "rollout": rollout, "env": env}
+
+    def _actor_config(self, cfg: EmbodiedConfig) -> EmbodiedActorConfig:
+        """``cfg.actor`` with the DAgger expert's checkpoint resolved like the data paths (absolute, for workers)."""
+        expert = cfg.actor.expert
+        if expert is None:
+            return cfg.actor
+        path = str(self.resolve_data_path(expert.checkpoint).resolve())
+        return attrs.evolve(cfg.actor, expert=attrs.evolve(expert, checkpoint=path))
 
     def _actor_algorithm(self, cfg: EmbodiedConfig) -> AlgorithmConfig:
         """``cfg.algorithm`` with the demo buffer's path resolved like the data paths (absolute, for the actor)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from rlinf_core.config import OFFPOLICY_LOSS_TYPES
 
 from .._async_offpolicy import AsyncOffPolicyRunner
@@ -52,6 +53,7 @@ def offpolicy_problems(
         problems.append(
             "env.train.auto_reset must be true for off-policy training (transitions span episodes)"
         )
+    problems += _dagger_problems(cfg, world_sizes, resolve_path)
     rb = alg.replay_buffer
     if rb.min_buffer_size > rb.cache_size:
         problems.append(
@@ -73,6 +75,41 @@ def offpolicy_problems(
         problems.append(
             f"algorithm.q_head_type: crossq runs on one actor rank (batch renormalisation needs the whole "
             f"batch); cluster.component_placement gives the actor {actors}"
+        )
+    return problems
+
+
+def _dagger_problems(
+    cfg: EmbodiedConfig, world_sizes: Mapping[str, int] | None, resolve_path: Callable[[str], Path]
+) -> list[str]:
+    dagger = cfg.algorithm.loss_type == "embodied_dagger"
+    expert = cfg.actor.expert
+    if not dagger:
+        return (
+            ["actor.expert is read by DAgger only: set algorithm.loss_type embodied_dagger or drop it"]
+            if expert
+            else []
+        )
+    if expert is None:
+        return ["algorithm.loss_type 'embodied_dagger' needs actor.expert (model, checkpoint, obs_key)"]
+    problems = []
+    weights = attrs.evolve(expert, checkpoint=str(resolve_path(expert.checkpoint))).weights_file()
+    if not weights.is_file():
+        problems.append(
+            f"actor.expert.checkpoint: no expert weights at {weights}; train the expert first (e.g. "
+            f"`uv run apps/embodied/train.py --config-name maniskill_pushcube_ppo`) and point this at its checkpoint"
+        )
+    if world_sizes is not None and world_sizes["actor"] > 1:
+        problems.append(
+            f"algorithm.loss_type 'embodied_dagger' runs on one actor rank; the placement gives {world_sizes['actor']}"
+        )
+    if cfg.runner.mode == "async":
+        problems.append(
+            "algorithm.loss_type 'embodied_dagger' runs with runner.mode sync (β follows the weights version)"
+        )
+    if cfg.algorithm.random_warmup_steps:
+        problems.append(
+            "algorithm.random_warmup_steps: DAgger starts from the expert mixture (actor.expert.beta), set 0"
         )
     return problems
 

@@ -1,0 +1,253 @@
+"""DAgger (Ross et al. 2011, https://arxiv.org/abs/1011.0686): imitate an expert on the states the learner visits.
+
+Each rollout runs the learner, with the expert's action executed instead at a per-step probability ``β_i`` that
+decays over training steps (the rollout worker mixes; see :class:`~rlinf_models.ExpertConfig`). Every visited
+observation is labelled with the expert's deterministic action and aggregated in a buffer; the learner is
+trained by regression on the whole aggregate. The expert sees an observation entry the learner does not
+(``privileged_state`` beside ManiSkill's camera images), which is how a vision policy is distilled from a state
+policy trained by RL.
+
+The learner is the off-policy tanh-Gaussian policy: its deterministic action ``tanh(μ(s))`` (normalised to
+``[-1, 1]``) regresses the expert's action clipped to the bounds and normalised the same way, by mean squared
+error over the chunk's actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import EnvSpec, ObsSpec, obs_index, obs_len, obs_map
+
+from .._config import EmbodiedActorConfig, ExpertConfig
+from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
+from ..policies import ActorCritic, SquashedGaussianPolicy, build_inference_policy
+from ..policies._encoders import TensorObs, random_shift
+from ._buffer import ReplayBuffer
+from ._trainer import _augmented_keys
+
+__all__ = ["DAggerTrainer", "build_expert", "expert_spec"]
+
+
+def expert_spec(spec: EnvSpec, expert: ExpertConfig) -> EnvSpec:
+    """The env spec the expert was trained on: ``spec`` with the observation reduced to ``expert.obs_key``.
+
+    Raises:
+        ValueError: naming ``actor.expert.obs_key`` when the observation has no such entry.
+    """
+    if expert.obs_key is None:
+        if spec.obs_dict is not None:
+            raise ValueError(
+                f"actor.expert.obs_key: null needs an array observation; the env observes {sorted(spec.obs_dict)}"
+            )
+        return spec
+    if spec.obs_dict is None or expert.obs_key not in spec.obs_dict:
+        have = "an array" if spec.obs_dict is None else ", ".join(spec.obs_dict)
+        raise ValueError(f"actor.expert.obs_key: {expert.obs_key!r} is not in the observation ({have})")
+    entry: ObsSpec = spec.obs_dict[expert.obs_key]
+    return EnvSpec(
+        entry.shape,
+        spec.action_type,
+        spec.action_dim,
+        num_actions=spec.num_actions,
+        action_low=spec.action_low,
+        action_high=spec.action_high,
+        obs_dtype=entry.dtype,
+    )
+
+
+def build_expert(
+    spec: EnvSpec, expert: ExpertConfig, device: torch.device | None = None
+) -> ActorCritic | SquashedGaussianPolicy:
+    """The expert policy with its checkpoint's weights, in eval mode (``act(obs, deterministic=True)``).
+
+    Raises:
+        FileNotFoundError: naming ``actor.expert.checkpoint`` when the weights are not there.
+        RuntimeError: when they do not fit ``actor.expert.model`` (the architecture of the expert's run).
+    """
+    path = expert.weights_file()
+    if not path.is_file():
+        raise FileNotFoundError(f"actor.expert.checkpoint: no expert weights at {path}")
+    policy = build_inference_policy(expert_spec(spec, expert), expert.model)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"actor.expert: the weights at {path} do not fit actor.expert.model (give the actor.model of the run "
+            f"that trained the expert): {e}"
+        ) from e
+    policy.to(device or torch.device("cpu")).eval()
+    return policy
+
+
+class DAggerTrainer:
+    """The learner's side of DAgger: expert labels, the aggregated data set, regression steps.
+
+    Args:
+        policy: the learner (a :class:`SquashedGaussianPolicy` on ``device``); what the rollout runs.
+        spec: the env.
+        actor: the ``actor`` config (``expert``, ``optim``, ``global_batch_size`` = regression batch size,
+            ``model.image_aug``).
+        algorithm: ``loss_type: embodied_dagger`` with ``replay_buffer`` (the aggregate: its ``cache_size``
+            bounds it), ``utd_ratio`` / ``update_epoch`` (gradient steps per training step).
+        device: where the networks live.
+
+    Raises:
+        ValueError: without ``actor.expert``.
+    """
+
+    def __init__(
+        self,
+        policy: SquashedGaussianPolicy,
+        spec: EnvSpec,
+        actor: EmbodiedActorConfig,
+        algorithm: AlgorithmConfig,
+        *,
+        device: torch.device | None = None,
+    ) -> None:
+        if actor.expert is None:
+            raise ValueError(
+                "algorithm.loss_type 'embodied_dagger' needs actor.expert (the policy to imitate)"
+            )
+        self.device = device or torch.device("cpu")
+        self.algorithm = algorithm
+        self.expert_cfg = actor.expert
+        self.expert = build_expert(spec, actor.expert, self.device)
+        self.policy = policy
+        self.batch_size = actor.global_batch_size
+        self.clip_grad = actor.optim.clip_grad
+        self._aug_keys = _augmented_keys(spec, actor.model.image_aug)
+        self.aug_pad = actor.model.image_aug_pad
+        # Only what the learner reads is stored (not the expert's privileged entry, unless the learner sees it).
+        keys = actor.model.obs_keys
+        self._keep: Callable[[Any], Any] = (
+            (lambda obs: {k: obs[k] for k in keys}) if keys is not None else (lambda obs: obs)
+        )
+        optim = actor.optim
+        self.optimizer = torch.optim.AdamW(
+            policy.parameters(),
+            lr=optim.lr,
+            betas=(optim.adam_beta1, optim.adam_beta2),
+            eps=optim.adam_eps,
+            weight_decay=optim.weight_decay,
+        )
+        rb = algorithm.replay_buffer
+        self.buffer = ReplayBuffer(
+            rb.cache_size, sample_window_size=rb.sample_window_size, min_size=rb.min_buffer_size, seed=rb.seed
+        )
+        self.update_steps = 0
+        """Gradient steps so far."""
+        self.train_steps = 0
+        """:meth:`update` calls so far (the model version the rollout gets)."""
+
+    # ------------------------------------------------------------------------------------------ queries
+    def beta(self) -> float:
+        """``β`` of the next rollout: the probability the expert's action is executed."""
+        return float(self.expert_cfg.beta * self.expert_cfg.beta_decay**self.train_steps)
+
+    def updates_for(self, transitions: int) -> int:
+        """Gradient steps of one training step that collected ``transitions`` (``utd_ratio`` or ``update_epoch``)."""
+        utd = self.algorithm.utd_ratio
+        return self.algorithm.update_epoch if utd is None else max(1, round(utd * transitions))
+
+    @torch.no_grad()
+    def label(self, obs: TensorObs) -> torch.Tensor:
+        """The expert's normalised actions ``[N, C, D]`` in ``[-1, 1]`` for ``N`` observations."""
+        key = self.expert_cfg.obs_key
+        seen = obs[key] if isinstance(obs, Mapping) and key is not None else obs
+        out = self.expert.act(obs_map(lambda x: x.to(self.device), seen), deterministic=True)
+        actions = out.actions.float()
+        chunks = self.policy.chunks
+        if actions.shape[1] != chunks:
+            # An expert with other chunks: its first action, repeated (state policies act every step).
+            actions = actions[:, :1].expand(-1, chunks, -1)
+        low = self.policy.action_bias - self.policy.action_scale
+        high = self.policy.action_bias + self.policy.action_scale
+        return self.policy.from_env(torch.clamp(actions, low, high))
+
+    # ------------------------------------------------------------------------------------------- updates
+    def add_trajectory(self, traj: Mapping[str, Any]) -> int:
+        """Label a trajectory's observations with the expert and add them to the aggregate; returns how many."""
+        if "obs" not in traj:
+            raise ValueError(f"trajectory lacks 'obs' (it has {sorted(traj)})")
+        obs = obs_map(lambda x: x.flatten(0, 1), traj["obs"])
+        n = obs_len(obs)
+        labels = [self.label(obs_index(obs, slice(lo, lo + 1024))) for lo in range(0, n, 1024)]
+        batch = {"obs": self._keep(obs), "expert_actions": torch.cat(labels).cpu()}
+        self.buffer.add(batch)
+        return n
+
+    def update(self, num_steps: int) -> dict[str, float]:
+        """``num_steps`` regression steps on the aggregate (none while it holds fewer than ``min_buffer_size``).
+
+        Returns:
+            ``dagger/loss`` (mean over the steps), ``dagger/num_updates``, ``dagger/beta`` (of the next rollout),
+            ``replay_buffer/size``.
+        """
+        losses = []
+        if self.buffer.ready():
+            self.policy.train()
+            for _ in range(num_steps):
+                losses.append(self._step())
+        self.train_steps += 1
+        metrics = {
+            "dagger/num_updates": float(len(losses)),
+            "dagger/beta": self.beta(),
+            "replay_buffer/size": float(len(self.buffer)),
+        }
+        if losses:
+            metrics["dagger/loss"] = float(torch.stack(losses).mean())
+        return metrics
+
+    def _step(self) -> torch.Tensor:
+        batch = obs_map(lambda v: v.to(self.device, non_blocking=True), self.buffer.sample(self.batch_size))
+        obs = batch["obs"]
+        if self._aug_keys is not None:
+            obs = self._augment(obs)
+        action, _ = self.policy.sample(obs, deterministic=True)
+        target: torch.Tensor = batch["expert_actions"]
+        loss = (action - target).pow(2).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        if self.clip_grad is not None:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.clip_grad)
+        self.optimizer.step()
+        self.update_steps += 1
+        return loss.detach()
+
+    def _augment(self, obs: TensorObs) -> TensorObs:
+        span = 2 * self.aug_pad + 1
+
+        def shift(images: torch.Tensor) -> torch.Tensor:
+            shifts = torch.randint(0, span, (images.shape[0], 2), device=images.device)
+            return random_shift(images, shifts, self.aug_pad)
+
+        if not isinstance(obs, Mapping):
+            return shift(obs)
+        return {k: shift(v) if k in (self._aug_keys or ()) else v for k, v in obs.items()}
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def checkpoint_files(self) -> list[tuple[str, Any]]:
+        """What a checkpoint holds besides the policy: ``optimizer.pt``, ``trainer.pt`` (counters, aggregate)."""
+        return [
+            ("optimizer.pt", {"actor": full_optimizer_state_dict(self.policy, self.optimizer)}),
+            (
+                "trainer.pt",
+                {
+                    "update_steps": self.update_steps,
+                    "train_steps": self.train_steps,
+                    "buffer": self.buffer.state_dict(),
+                },
+            ),
+        ]
+
+    def load_checkpoint_files(self, load: Callable[[str], Any]) -> None:
+        """Restore :meth:`checkpoint_files` (``load(name)`` reads one file)."""
+        load_full_optimizer_state_dict(self.policy, self.optimizer, load("optimizer.pt")["actor"])
+        state = load("trainer.pt")
+        self.update_steps = int(state["update_steps"])
+        self.train_steps = int(state["train_steps"])
+        self.buffer.load_state_dict(state["buffer"])
