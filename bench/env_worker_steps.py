@@ -1,0 +1,198 @@
+"""Env-steps/s through RLinf's ``EnvWorker`` vs the raw simulator, measured in the same run.
+
+    eval "$(bash scripts/install_vulkan_cpu.sh)"    # ManiSkill only
+    RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 uv run python bench/env_worker_steps.py --env-type maniskill \
+        --env-id PushCube-v1 --obs-mode rgb --image-size 64 64 [--num-envs 4] [--steps 100] [--repeats 3]
+
+Raw: ``--num-envs`` simulator instances made with the simulator's own API, stepped one after another in a plain
+loop in this process with random actions (what the simulator delivers on one core, no RLinf code).
+
+Through the worker: one ``EnvWorker`` rank (a Ray actor) with the same number of envs, stepped by
+``EnvWorker.interact`` for ``--steps`` steps per env: every chunk it sends the observations (images included) to
+a stand-in rollout rank, which answers random actions at once (no policy: what is timed is the env worker and
+its transport, not inference), records the trajectory and builds it as tensors. The ratio is worker / raw,
+median over ``--repeats`` paired segments (a raw segment right before each worker segment, so that load
+drift on the shared machine hits both).
+
+Prints one JSON line per configuration; ``--obs-mode`` is the backend's (ManiSkill: ``state``, ``rgb``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+
+# --------------------------------------------------------------------------------------------- raw loops
+def raw_maniskill(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | None) -> Callable[[int], float]:
+    """``n`` single-env ManiSkill CPU sims; returns ``segment(steps) -> env-steps/s``."""
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the tasks)
+    import torch
+
+    kwargs: dict[str, Any] = {}
+    if size is not None and obs_mode != "state":
+        kwargs["sensor_configs"] = {"height": size[0], "width": size[1]}
+    mode = obs_mode.replace("rgbd+", "rgb+depth+")
+    envs = [
+        gym.make(env_id, num_envs=1, obs_mode=mode, sim_backend="physx_cpu", render_backend="cpu", **kwargs)
+        for _ in range(n)
+    ]
+    for i, e in enumerate(envs):
+        e.reset(seed=i)
+    dim = envs[0].unwrapped.single_action_space.shape[0]
+
+    def segment(steps: int) -> float:
+        actions = torch.rand((steps, n, 1, dim)) * 2 - 1
+        start = time.perf_counter()
+        for t in range(steps):
+            for i, e in enumerate(envs):
+                _, _, term, trunc, _ = e.step(actions[t, i])
+                if bool(term[0]) or bool(trunc[0]):
+                    e.reset()
+        return steps * n / (time.perf_counter() - start)
+
+    return segment
+
+
+RAW: dict[str, Callable[[str, int, str, tuple[int, int] | None], Callable[[int], float]]] = {
+    "maniskill": raw_maniskill,
+}
+
+
+# ------------------------------------------------------------------------------------- through the worker
+def _random_server() -> type:
+    from rlinf_scheduler import Worker
+
+    class RandomServer(Worker):
+        """The rollout side of the env worker's protocol, answering uniform random actions at once."""
+
+        def __init__(self, action_dim: int, chunks: int) -> None:
+            self.dim, self.chunks = action_dim, chunks
+            self.rng = np.random.default_rng(0)
+
+        def serve(self, env_group: str) -> int:
+            served = 0
+            while True:
+                msg = self.recv(env_group, 0, timeout=600)
+                if msg.get("end"):
+                    return served
+                obs = msg["obs"]
+                n = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
+                zeros = np.zeros((n, 1), np.float32)
+                self.send(
+                    {
+                        "stage": msg["stage"],
+                        "actions": self.rng.uniform(-1, 1, (n, self.chunks, self.dim)).astype(np.float32),
+                        "logprobs": np.zeros((n, self.chunks * self.dim), np.float32),
+                        "values": zeros,
+                        "versions": np.zeros(n, np.int64),
+                        "final_values": None if msg.get("final_obs") is None else zeros,
+                    },
+                    env_group,
+                    0,
+                )
+                served += 1
+
+    return RandomServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-type", default="maniskill")
+    parser.add_argument("--env-id", default="PushCube-v1")
+    parser.add_argument("--obs-mode", nargs="+", default=["state", "rgb"])
+    parser.add_argument("--image-size", type=int, nargs=2, default=[64, 64], metavar=("H", "W"))
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=100, help="steps per env per timed segment")
+    parser.add_argument("--chunk", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--env-kwargs", default="{}", help="JSON: extra VecEnvConfig fields (e.g. task ids)")
+    args = parser.parse_args()
+    if args.env_type == "maniskill" and not os.environ.get("VK_ICD_FILENAMES"):
+        from rlinf_envs.maniskill import find_installed_icd
+
+        if icd := find_installed_icd():
+            os.environ["VK_ICD_FILENAMES"] = str(icd)
+    import torch
+    from rlinf_core.config import AlgorithmConfig
+    from rlinf_envs import EnvConfig, EnvWorker, VecEnvConfig, prepare_process_env
+    from rlinf_scheduler import Cluster, PackedPlacementStrategy
+
+    torch.set_num_threads(1)
+    size = (args.image_size[0], args.image_size[1])
+    extra = json.loads(args.env_kwargs)
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_start": round(os.getloadavg()[0], 1), **vars(args)}))
+    cluster = Cluster(
+        num_nodes=1,
+        simulated_accelerators_per_node=2,
+        ray_address="local",
+        num_cpus=2,
+        interrupt_main_on_failure=False,
+    )
+    try:
+        for mode in args.obs_mode:
+            split = VecEnvConfig(
+                env_type=args.env_type,
+                env_id=args.env_id,
+                total_num_envs=args.num_envs,
+                max_steps_per_rollout_epoch=args.steps,
+                obs_mode=mode,
+                image_size=None if mode == "state" else size,
+                **extra,
+            )
+            cfg = EnvConfig(train=split, eval=split)
+            prepare_process_env(cfg)
+            raw = RAW[args.env_type](args.env_id, args.num_envs, mode, None if mode == "state" else size)
+            raw(5)  # warm-up (first renders compile shaders)
+            tag = mode.replace("+", "_")
+            env = EnvWorker.create_group(cfg, AlgorithmConfig(), 1, num_action_chunks=args.chunk).launch(
+                cluster, PackedPlacementStrategy(0, 0), name=f"env_{tag}"
+            )
+            spec = env.get_spec().wait(timeout=600)[0]
+            server = (
+                _random_server()
+                .create_group(spec.action_dim, args.chunk)
+                .launch(cluster, PackedPlacementStrategy(1, 1), name=f"srv_{tag}")
+            )
+            worker_rates: list[float] = []
+            raw_rates: list[float] = []
+            for rep in range(args.repeats + 1):  # the first worker segment warms up and is not counted
+                base = raw(args.steps)
+                serve = server.serve(f"env_{tag}")
+                start = time.perf_counter()
+                env.interact(f"srv_{tag}", None, 0).wait(timeout=3600)
+                elapsed = time.perf_counter() - start
+                serve.wait(timeout=60)
+                if rep:
+                    raw_rates.append(base)
+                    worker_rates.append(args.steps * args.num_envs / elapsed)
+            env.close().wait(timeout=60)
+            row = {
+                "env": f"{args.env_type}:{args.env_id}",
+                "obs_mode": mode,
+                "num_envs": args.num_envs,
+                "raw_env_steps_per_s": round(statistics.median(raw_rates), 1),
+                "worker_env_steps_per_s": round(statistics.median(worker_rates), 1),
+                "ratio": round(
+                    statistics.median(w / r for w, r in zip(worker_rates, raw_rates, strict=True)), 3
+                ),
+                "loadavg": round(os.getloadavg()[0], 1),
+            }
+            print(json.dumps(row), flush=True)
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
