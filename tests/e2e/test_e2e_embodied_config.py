@@ -30,6 +30,9 @@ def test_every_issue_config_exists() -> None:
         "pendulum_async_sac",
         "maniskill_pickcube_sac",
         "maniskill_pickcube_rlpd",
+        "libero_spatial_ppo_mlp",
+        "libero_spatial_grpo_mlp",
+        "libero_spatial_ppo_cnn",
     }
     assert expected <= set(CONFIGS)
 
