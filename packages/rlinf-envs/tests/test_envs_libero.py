@@ -41,6 +41,24 @@ def _zeros(n: int, c: int) -> np.ndarray:
     return np.zeros((n, c, 7), dtype=np.float32)
 
 
+def _run(env: LiberoVecEnv, actions: list[np.ndarray]) -> list[Any]:
+    out: list[Any] = []
+    for a in actions:
+        res = env.chunk_step(a)
+        out += [res.obs, res.final_obs, res.rewards, res.dones, res.episodes.lengths, env.reset_pairs()]
+    return out
+
+
+def _assert_same(a: list[Any], b: list[Any]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, dict):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
 def _place_bowl_on_plate(env: LiberoVecEnv, i: int) -> None:
     """libero_spatial task 0's goal is (On akita_black_bowl_1 plate_1): put the bowl 3 cm above the plate."""
     task_env = env.task_envs()[i]
@@ -352,25 +370,15 @@ def test_rgb_observations_are_upright_camera_images() -> None:
     assert res.obs["rgb"].shape == (1, 64, 64, 3) and res.final_obs["wrist_rgb"].dtype == np.uint8
     assert not np.array_equal(res.obs["wrist_rgb"], obs["wrist_rgb"])  # the wrist camera moved up
     assert res.obs["state"][0, 2] > obs["state"][0, 2]
+    # Another robosuite env in this process makes its GL context current when built, and frees GL objects in
+    # whatever context is current when closed: each env must still render its own scene.
+    first = env.reset(seed=0)
+    other = LiberoVecEnv("libero_goal", 1, obs_mode="rgb", image_size=64, task_ids=[0], settle_steps=0)
+    other.reset(seed=0)
+    _assert_same([env.reset(seed=0)], [first])
+    other.close()
+    _assert_same([env.reset(seed=0)], [first])
     env.close()
-
-
-def _run(env: LiberoVecEnv, actions: list[np.ndarray]) -> list[Any]:
-    out: list[Any] = []
-    for a in actions:
-        res = env.chunk_step(a)
-        out += [res.obs, res.final_obs, res.rewards, res.dones, res.episodes.lengths, env.reset_pairs()]
-    return out
-
-
-def _assert_same(a: list[Any], b: list[Any]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, dict):
-            for k in x:
-                np.testing.assert_array_equal(x[k], y[k])
-        else:
-            np.testing.assert_array_equal(x, y)
 
 
 def _round_trip(task_ids: list[int], other_seed: int, other_task: bool) -> None:
@@ -408,13 +416,24 @@ def test_state_round_trip_rebuilds_scenes_of_other_tasks() -> None:
 
 
 @pytest.mark.slow
-def test_async_vector_env_matches_sync() -> None:
+@pytest.mark.parametrize(
+    ("obs_mode", "suite", "task_ids"),
+    [("state", "libero_spatial", [3, 8]), ("rgb", "libero_10", [0, 9])],  # libero_10: two different scenes
+)
+def test_async_vector_env_matches_sync(obs_mode: str, suite: str, task_ids: list[int]) -> None:
     rng = np.random.default_rng(2)
     actions = [rng.uniform(-1, 1, (2, 3, 7)).astype(np.float32) for _ in range(2)]
     out = []
     for mode in ("sync", "async"):
         env = LiberoVecEnv(
-            "libero_spatial", 2, vector_mode=mode, task_ids=[3, 8], max_episode_steps=4, step_timeout_s=120
+            suite,
+            2,
+            vector_mode=mode,
+            obs_mode=obs_mode,
+            image_size=32,
+            task_ids=task_ids,
+            max_episode_steps=4,
+            step_timeout_s=120,
         )
         first = env.reset(seed=7)
         out.append([first, *_run(env, actions), env.task_descriptions()])

@@ -4,7 +4,8 @@ A slot holds the LIBERO simulation of one task at a time. A reset names a (task,
 reset options; the slot builds the task's simulation if it holds another one (seconds: the scene's MJCF is
 compiled), resets it, loads the initial state from the task's file, then runs the settle steps. Rewards,
 terminations and time limits are the vector env's business: a step reports the observation and ``success``.
-A step with a NaN action is skipped (the vector env sends one for an env whose episode has ended).
+A step with a NaN action is skipped (the vector env sends one for an env whose episode has ended). With camera
+observations each slot selects its own GL context before it renders, so that several slots can share a process.
 """
 
 from __future__ import annotations
@@ -134,9 +135,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         # robosuite picks its GL context class when first imported (the vector env set MUJOCO_GL before).
         from libero.libero.envs.env_wrapper import ControlEnv
 
-        if self._env is not None:
-            self._env.close()
-            self._env = None
+        self.close()
         rgb = self.cfg.obs_mode == "rgb"
         self._env = ControlEnv(
             bddl_file_name=str(task.bddl_file),
@@ -153,10 +152,19 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         )
         self._task = task
 
+    def _make_current(self) -> None:
+        # Every robosuite env of a process has its own GL context, but robosuite renders into (and frees its GL
+        # objects from) whichever context is current: the last one created, or none once another env was closed.
+        # Select ours before rendering and before closing.
+        context = getattr(self._env.sim, "_render_context_offscreen", None) if self._env is not None else None
+        if context is not None:
+            context.gl_ctx.make_current()
+
     def _reset_to(self, task: LiberoTask, init_id: int) -> Any:
         if self._task is None or self._task.index != task.index or self._env is None:
             self._build(task)
         env = self._env
+        self._make_current()
         saved = np.random.get_state()
         np.random.seed(placement_seed(task, init_id))
         try:
@@ -220,6 +228,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         action = np.asarray(action, dtype=np.float64)
         if np.isnan(action).any():
             return copy.deepcopy(self._obs), 0.0, False, False, {"success": False}
+        self._make_current()
         raw, _, success, _ = self._env.step(action)  # LIBERO reports the task's success check as `done`
         self._obs = self._convert(raw)
         return copy.deepcopy(self._obs), float(success), False, False, {"success": bool(success)}
@@ -238,6 +247,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
             context = MjRenderContextOffscreen(sim, device_id=-1)  # registers itself with the sim
             context.vopt.geomgroup[0] = 0  # visual meshes only, as robosuite's cameras show them
             context.vopt.geomgroup[1] = 1
+        self._make_current()
         height, width = self.cfg.image_size
         image = sim.render(width=width, height=height, camera_name=CAMERAS[0])
         return np.ascontiguousarray(np.asarray(image)[::-1, ::-1])
@@ -245,6 +255,8 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
     def close(self) -> None:
         """Free the simulation (and its render context)."""
         if self._env is not None:
+            # robosuite frees the render context's GL objects in the current context: it must be this slot's.
+            self._make_current()
             self._env.close()
             self._env = None
             self._task = None
