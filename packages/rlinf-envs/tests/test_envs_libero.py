@@ -370,28 +370,32 @@ def test_rgb_observations_are_upright_camera_images() -> None:
     assert res.obs["rgb"].shape == (1, 64, 64, 3) and res.final_obs["wrist_rgb"].dtype == np.uint8
     assert not np.array_equal(res.obs["wrist_rgb"], obs["wrist_rgb"])  # the wrist camera moved up
     assert res.obs["state"][0, 2] > obs["state"][0, 2]
-    # Another robosuite env in this process makes its GL context current when built, and frees GL objects in
-    # whatever context is current when closed: each env must still render its own scene.
-    first = env.reset(seed=0)
-    other = LiberoVecEnv("libero_goal", 1, obs_mode="rgb", image_size=64, task_ids=[0], settle_steps=0)
-    other.reset(seed=0)
-    _assert_same([env.reset(seed=0)], [first])
-    other.close()
-    _assert_same([env.reset(seed=0)], [first])
     env.close()
 
 
-def _round_trip(task_ids: list[int], other_seed: int, other_task: bool) -> None:
+def test_rgb_envs_sharing_a_process_each_render_their_own_scene() -> None:
+    """robosuite renders into the current GL context and frees GL objects in it: each env must select its own."""
+    env = LiberoVecEnv("libero_spatial", 1, obs_mode="rgb", image_size=32, task_ids=[0], settle_steps=0)
+    first = env.reset(seed=0)
+    other = LiberoVecEnv("libero_goal", 1, obs_mode="rgb", image_size=32, task_ids=[0], settle_steps=0)
+    other.reset(seed=0)  # its context is the current one now
+    _assert_same([env.reset(seed=0), env.render()], [first, first["rgb"]])
+    other.close()  # robosuite frees its GL objects in whatever context is current
+    _assert_same([env.reset(seed=0), env.render()], [first, first["rgb"]])
+    env.close()
+
+
+def _round_trip(n: int, task_ids: list[int], other_seed: int, other_task: bool) -> None:
     rng = np.random.default_rng(5)
-    actions = [rng.uniform(-1, 1, (2, 3, 7)).astype(np.float32) for _ in range(3)]
+    actions = [rng.uniform(-1, 1, (n, 3, 7)).astype(np.float32) for _ in range(3)]
     kwargs: dict[str, Any] = {"task_ids": task_ids, "max_episode_steps": 5, "settle_steps": 2}
-    env = LiberoVecEnv("libero_spatial", 2, **kwargs)
+    env = LiberoVecEnv("libero_spatial", n, **kwargs)
     env.reset(seed=1)
     env.chunk_step(actions[0])
     state = pickle.loads(pickle.dumps(env.get_state()))
     expected = _run(env, actions[1:])  # through an automatic reset (5-step episodes) of every env
     env.close()
-    fresh = LiberoVecEnv("libero_spatial", 2, **kwargs)  # never reset: its slots hold no scene yet
+    fresh = LiberoVecEnv("libero_spatial", n, **kwargs)  # never reset: its slots hold no scene yet
     fresh.set_state(state)
     _assert_same(_run(fresh, actions[1:]), expected)
     fresh.reset(seed=other_seed)  # other pairs first
@@ -400,19 +404,19 @@ def _round_trip(task_ids: list[int], other_seed: int, other_task: bool) -> None:
     fresh.set_state(state)
     _assert_same(_run(fresh, actions[1:]), expected)
     with pytest.raises(ValueError, match="cannot be loaded into a LiberoVecEnv"):
-        fresh.set_state({**state, "num_envs": 3})
+        fresh.set_state({**state, "num_envs": n + 1})
     fresh.close()
 
 
 def test_state_round_trip_continues_bit_for_bit() -> None:
     """A fresh env given get_state() mid-episode continues exactly (simulation, pairs' generators, bookkeeping)."""
-    _round_trip([1], other_seed=40, other_task=False)
+    _round_trip(1, [1], other_seed=40, other_task=False)
 
 
 @pytest.mark.slow
 def test_state_round_trip_rebuilds_scenes_of_other_tasks() -> None:
     """As above with two tasks: restoring into a slot that holds the other task's scene rebuilds it first."""
-    _round_trip([1, 6], other_seed=40, other_task=True)
+    _round_trip(2, [1, 6], other_seed=40, other_task=True)
 
 
 @pytest.mark.slow
