@@ -30,6 +30,9 @@ def test_every_issue_config_exists() -> None:
         "pendulum_async_sac",
         "maniskill_pickcube_sac",
         "maniskill_pickcube_rlpd",
+        "libero_spatial_ppo_mlp",
+        "libero_spatial_grpo_mlp",
+        "libero_spatial_ppo_cnn",
     }
     assert expected <= set(CONFIGS)
 
@@ -143,7 +146,9 @@ def test_train_print_config_and_bad_override_exit_codes(tmp_path: Path) -> None:
     assert _train("--config-name", "nope").returncode == 2
 
 
-def test_dagger_without_its_expert_fails_before_ray_naming_the_command(app: EmbodiedApp, tmp_path: Path) -> None:
+def test_dagger_without_its_expert_fails_before_ray_naming_the_command(
+    app: EmbodiedApp, tmp_path: Path
+) -> None:
     path = APP_DIR / "config" / "maniskill_pushcube_rgb_dagger.yaml"
     with pytest.raises(ConfigError) as err:
         app.load_config(path, [f"actor.expert.checkpoint={tmp_path / 'nothing'}"])

@@ -1,4 +1,4 @@
-"""``prepare_process_env``: the Vulkan driver for ManiSkill is chosen before workers start, never overridden."""
+"""``prepare_process_env``: ManiSkill's Vulkan driver and LIBERO's GL backend are chosen before workers start, never overridden."""
 
 from __future__ import annotations
 
@@ -35,3 +35,21 @@ def test_a_driver_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("RLINF_VULKAN_DIR", str(tmp_path))
     assert prepare_process_env(_maniskill()) == {}
     assert os.environ["VK_ICD_FILENAMES"] == "/my/icd.json"
+
+
+def _libero() -> EnvConfig:
+    split = VecEnvConfig(env_type="libero", env_id="libero_spatial")
+    return EnvConfig(train=split, eval=split)
+
+
+def test_libero_renders_with_egl_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delenv("PYOPENGL_PLATFORM", raising=False)
+    assert prepare_process_env(_libero()) == {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+    assert os.environ["MUJOCO_GL"] == "egl" and os.environ["PYOPENGL_PLATFORM"] == "egl"
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    monkeypatch.delenv("PYOPENGL_PLATFORM")
+    assert prepare_process_env(_libero()) == {"PYOPENGL_PLATFORM": "osmesa"}
+    monkeypatch.setenv("PYOPENGL_PLATFORM", "egl")
+    assert prepare_process_env(_libero()) == {}
+    assert os.environ["MUJOCO_GL"] == "osmesa"

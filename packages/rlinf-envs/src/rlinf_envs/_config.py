@@ -9,13 +9,33 @@ from attrs import validators as v
 
 __all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig", "VideoConfig"]
 
-ENV_TYPES = ("gymnasium", "maniskill")
+ENV_TYPES = ("gymnasium", "maniskill", "libero")
 """Simulator backends ``make_vec_env`` knows."""
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[int | None], value: int | None) -> None:
     if value is not None and value < 1:
         raise ValueError(f"'{attr.name}' must be >= 1 or null: {value}")
+
+
+def _task_ids(
+    _inst: object, attr: attrs.Attribute[tuple[int, ...] | None], value: tuple[int, ...] | None
+) -> None:
+    if value is None:
+        return
+    if not value:
+        raise ValueError(f"'{attr.name}' must list at least one task id, or be null (all tasks)")
+    if any(i < 0 for i in value) or len(set(value)) != len(value):
+        raise ValueError(f"'{attr.name}' must be distinct task ids >= 0: {list(value)}")
+
+
+def _init_state_range(
+    _inst: object, attr: attrs.Attribute[tuple[int, int] | None], value: tuple[int, int] | None
+) -> None:
+    if value is not None and not 0 <= value[0] < value[1]:
+        raise ValueError(
+            f"'{attr.name}' must be [start, stop) with 0 <= start < stop, or null: {list(value)}"
+        )
 
 
 def _image_size(
@@ -46,16 +66,18 @@ class VideoConfig:
 class VecEnvConfig:
     """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
 
-    env_type: Literal["gymnasium", "maniskill"] = "gymnasium"
-    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra) or ``maniskill``."""
+    env_type: Literal["gymnasium", "maniskill", "libero"] = "gymnasium"
+    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill`` or ``libero``."""
     env_id: str = "CartPole-v1"
-    """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``."""
+    """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``; for LIBERO the task suite, e.g.
+    ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``, ``libero_130``."""
     total_num_envs: int = attrs.field(default=8, validator=v.ge(1))
     """Environments over all env ranks and pipeline stages."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
     """Consecutive envs sharing initial states (GRPO groups)."""
     max_episode_steps: int | None = attrs.field(default=None, validator=_positive_or_none)
-    """Episode time limit (``null``: the task's registered one)."""
+    """Episode time limit (``null``: the task's registered one; LIBERO: the suite's, e.g. 220 for
+    ``libero_spatial``, 520 for ``libero_10``)."""
     max_steps_per_rollout_epoch: int = attrs.field(default=32, validator=v.ge(1))
     """Env steps per env in one rollout epoch (train) or at most in one evaluation (eval); a multiple of
     ``actor.model.num_action_chunks``."""
@@ -64,13 +86,13 @@ class VecEnvConfig:
     seed: int = 0
     """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    """Extra keyword arguments for the simulator's ``make``."""
+    """Extra keyword arguments for the simulator's ``make`` (LIBERO: for its ``ControlEnv``)."""
     obs_mode: str = "state"
     """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
     vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
-    them; the backends list theirs)."""
+    them; LIBERO: ``rgb``, the third-person and wrist cameras and the proprioception; the backends list theirs)."""
     image_size: tuple[int, int] | None = attrs.field(default=None, validator=_image_size)
-    """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default)."""
+    """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default; LIBERO 128x128)."""
     frame_stack: int = attrs.field(default=1, validator=v.ge(1))
     """Observe the last ``k`` frames: images stacked along channels ``[H, W, C*k]``, vectors concatenated."""
     video_cfg: VideoConfig = attrs.field(factory=VideoConfig)
@@ -83,9 +105,21 @@ class VecEnvConfig:
     reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
     """ManiSkill reward."""
     ignore_terminations: bool = False
-    """ManiSkill: episodes end only at the time limit (success does not end them)."""
+    """ManiSkill and LIBERO: episodes end only at the time limit (success does not end them)."""
     vector_mode: Literal["sync", "async"] = "sync"
-    """ManiSkill CPU: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+    """ManiSkill CPU and LIBERO: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+    # LIBERO options (ignored by the other backends).
+    task_ids: tuple[int, ...] | None = attrs.field(default=None, validator=_task_ids)
+    """LIBERO: the suite's tasks this env set resets to, by index in the suite (``null``: all of them)."""
+    init_state_range: tuple[int, int] | None = attrs.field(default=None, validator=_init_state_range)
+    """LIBERO: ``[start, stop)`` of each task's fixed initial states this env set resets to (``null``: all 50);
+    e.g. ``[0, 40]`` for training and ``[40, 50]`` for evaluation holds ten states per task out."""
+    init_state_sampling: Literal["random", "sequential"] = "random"
+    """LIBERO: how a reset picks its (task, initial state) pair from the group's seed: ``random`` (drawn; later
+    episodes of an env drawn from the same generator) or ``sequential`` (pair ``seed mod pairs``, cycling through
+    the tasks first, so consecutive groups cover every pair once; later episodes repeat the pair)."""
+    settle_steps: int = attrs.field(default=10, validator=v.ge(0))
+    """LIBERO: zero-action steps after each reset, not counted in the episode, so that the objects come to rest."""
 
     def __attrs_post_init__(self) -> None:
         if self.total_num_envs % self.group_size:

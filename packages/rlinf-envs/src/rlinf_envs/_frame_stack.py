@@ -14,10 +14,14 @@ from typing import Any
 import numpy as np
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, NpObs, ObsSpec, VecEnv, obs_map
 
-__all__ = ["FrameStack"]
+__all__ = ["FrameStack", "stacked_spec"]
 
 
-def _stacked_spec(spec: EnvSpec, k: int) -> EnvSpec:
+def stacked_spec(spec: EnvSpec, k: int) -> EnvSpec:
+    """The spec of ``spec``'s observations with ``k`` frames stacked (``spec`` itself for ``k == 1``)."""
+    if k == 1:
+        return spec
+
     def grow(s: ObsSpec) -> ObsSpec:
         return ObsSpec((*s.shape[:-1], s.shape[-1] * k), s.dtype)
 
@@ -42,7 +46,7 @@ class FrameStack:
         self.k = k
         self.num_envs = env.num_envs
         self.group_size = env.group_size
-        self.spec = _stacked_spec(env.spec, k)
+        self.spec = stacked_spec(env.spec, k)
         self._history: Any = None  # per entry: [N, k, *shape], oldest frame first
 
     def _stack(self, history: Any) -> Any:

@@ -24,6 +24,7 @@ except ImportError as e:  # pragma: no cover - exercised by the extra-missing te
 
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, ObsSpec, obs_zeros
 
+from .._vector import VECTOR_MODES, SubEnvs
 from ._vulkan import ensure_vulkan
 
 __all__ = [
@@ -41,7 +42,6 @@ CPU_SIM_BACKENDS = ("physx_cpu", "cpu")
 #: ``sim_backend`` values that run all environments in one GPU-batched PhysX scene (``"physx_cuda:1"`` too).
 GPU_SIM_BACKENDS = ("physx_cuda", "gpu", "cuda")
 REWARD_MODES = ("normalized_dense", "dense", "sparse")
-VECTOR_MODES = ("sync", "async")
 OBS_MODES = ("state", "rgb", "depth", "rgbd", "rgb+state", "depth+state", "rgbd+state")
 """``state``: ManiSkill's flat privileged state vector. The camera modes give a dict observation: ``rgb``
 ``[H, W, 3]`` uint8 and/or ``depth`` ``[H, W, 1]`` int16 (millimetres) of the task's first camera (other cameras
@@ -249,7 +249,7 @@ _StepOut = tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class _CpuSim:
-    """``num_envs`` single-env CPU simulations behind a gymnasium Sync/AsyncVectorEnv (no auto-reset)."""
+    """``num_envs`` single-env CPU simulations behind :class:`~rlinf_envs._vector.SubEnvs` (no auto-reset)."""
 
     def __init__(
         self,
@@ -260,70 +260,38 @@ class _CpuSim:
         vector_mode: str,
         timeout_s: float,
     ) -> None:
-        mode = gym.vector.AutoresetMode.DISABLED
-        self._timeout = timeout_s
         threads = 1 if vector_mode == "async" else 0
         fns = [partial(_make_single, env_id, dict(make_kwargs), ignore_terminations, threads)] * num_envs
-        self._vec: gym.vector.AsyncVectorEnv | gym.vector.SyncVectorEnv
-        if vector_mode == "async":
-            # spawn, not fork: the parent may hold Vulkan/LLVM threads that a forked child would inherit mid-state.
-            self._vec = gym.vector.AsyncVectorEnv(fns, context="spawn", autoreset_mode=mode)
-        else:
-            self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        self._vec = SubEnvs(fns, vector_mode, timeout_s)
         # Both are boxes: _SingleEnv builds the observation box; continuous ManiSkill controllers act in a box.
         self.single_observation_space = self._vec.single_observation_space
         self.single_action_space = cast(gym.spaces.Box, self._vec.single_action_space)
 
     def reset(self, seeds: list[int | None], group_size: int) -> Any:
         # Same seed → same initial state: ManiSkill seeds its episode RNG (and torch) from the reset seed.
-        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
-            self._vec.reset_async(seed=seeds)
-            obs, _ = self._vec.reset_wait(timeout=self._timeout)
-        else:
-            obs, _ = self._vec.reset(seed=seeds)
-        return _as_obs(obs)
+        return _as_obs(self._vec.reset(seeds))
 
     def reset_done(self, mask: np.ndarray, seeds: list[int | None]) -> Any:
         # Explicit seeds: without one ManiSkill draws the new episode from the process-global torch RNG, which
         # differs between sync (one shared RNG) and async (one per process, all starting equal) execution.
-        options = {"reset_mask": mask}
-        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
-            self._vec.reset_async(seed=seeds, options=options)
-            obs, _ = self._vec.reset_wait(timeout=self._timeout)
-        else:
-            obs, _ = self._vec.reset(seed=seeds, options=options)
-        return _as_obs(obs)
+        return _as_obs(self._vec.reset(seeds, {"reset_mask": mask}))
 
     def step(self, actions: np.ndarray) -> _StepOut:
-        if isinstance(self._vec, gym.vector.AsyncVectorEnv):
-            self._vec.step_async(actions)
-            obs, rew, term, trunc, info = self._vec.step_wait(timeout=self._timeout)
-        else:
-            obs, rew, term, trunc, info = self._vec.step(actions)
+        obs, rew, term, trunc, info = self._vec.step(actions)
         success = np.asarray(info.get("success", np.zeros(len(rew), dtype=bool)), dtype=bool)
-        return (
-            _as_obs(obs),
-            np.asarray(rew),
-            np.asarray(term),
-            np.asarray(trunc),
-            success,
-        )
+        return _as_obs(obs), rew, term, trunc, success
 
     def render(self) -> np.ndarray:
-        return np.stack(list(self._vec.call("rlinf_render")))
+        return np.stack(self._vec.call("rlinf_render"))
 
     def task_envs(self) -> list[Any]:
-        if not isinstance(self._vec, gym.vector.SyncVectorEnv):
-            raise RuntimeError(
-                "the task envs live in worker processes with vector_mode='async'; use vector_mode='sync'"
-            )
-        return [env.unwrapped for env in self._vec.envs]
+        return [env.unwrapped for env in self._vec.local_envs("use vector_mode='sync'")]
 
     def get_state(self) -> list[dict[str, Any]]:
-        return list(self._vec.get_attr("rlinf_state"))
+        return self._vec.get_attr("rlinf_state")
 
     def set_state(self, states: list[dict[str, Any]]) -> None:
-        self._vec.set_attr("rlinf_state", list(states))
+        self._vec.set_attr("rlinf_state", states)
 
     def close(self) -> None:
         self._vec.close()
