@@ -9,7 +9,7 @@ from attrs import validators as v
 
 __all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig", "VideoConfig"]
 
-ENV_TYPES = ("gymnasium", "maniskill")
+ENV_TYPES = ("gymnasium", "maniskill", "metaworld")
 """Simulator backends ``make_vec_env`` knows."""
 
 
@@ -46,10 +46,11 @@ class VideoConfig:
 class VecEnvConfig:
     """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
 
-    env_type: Literal["gymnasium", "maniskill"] = "gymnasium"
-    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra) or ``maniskill``."""
+    env_type: Literal["gymnasium", "maniskill", "metaworld"] = "gymnasium"
+    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill`` or ``metaworld``."""
     env_id: str = "CartPole-v1"
-    """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``."""
+    """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``; Meta-World: ``MT1/<task>`` (e.g.
+    ``MT1/reach-v3``), ``ML1/<task>`` (goal hidden), ``MT10``, ``MT25``, ``MT50``."""
     total_num_envs: int = attrs.field(default=8, validator=v.ge(1))
     """Environments over all env ranks and pipeline stages."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
@@ -68,7 +69,7 @@ class VecEnvConfig:
     obs_mode: str = "state"
     """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
     vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
-    them; the backends list theirs)."""
+    them; Meta-World: ``rgb``, a camera image and the hand position; the backends list theirs)."""
     image_size: tuple[int, int] | None = attrs.field(default=None, validator=_image_size)
     """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default)."""
     frame_stack: int = attrs.field(default=1, validator=v.ge(1))
@@ -81,11 +82,15 @@ class VecEnvConfig:
     control_mode: str | None = None
     """ManiSkill: robot controller (``null``: the task's default)."""
     reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
-    """ManiSkill reward."""
+    """ManiSkill and Meta-World reward (Meta-World: ``dense`` in [0, 10], ``normalized_dense`` = dense / 10,
+    ``sparse`` = 1 on success)."""
     ignore_terminations: bool = False
-    """ManiSkill: episodes end only at the time limit (success does not end them)."""
+    """ManiSkill, Meta-World: episodes end only at the time limit (success does not end them)."""
     vector_mode: Literal["sync", "async"] = "sync"
-    """ManiSkill CPU: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+    """ManiSkill CPU, Meta-World: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+    # Meta-World options.
+    camera_name: str | None = None
+    """Meta-World camera of ``obs_mode: rgb`` (``null``: ``corner4``, the view RLinf's Meta-World env renders)."""
 
     def __attrs_post_init__(self) -> None:
         if self.total_num_envs % self.group_size:

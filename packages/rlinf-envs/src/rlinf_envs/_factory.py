@@ -13,7 +13,11 @@ from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
 __all__ = ["env_config_problems", "env_spec_without_worker", "make_vec_env"]
 
-_EXTRA = {"gymnasium": "rlinf-envs[gymnasium]", "maniskill": "rlinf-envs[maniskill]"}
+_EXTRA = {
+    "gymnasium": "rlinf-envs[gymnasium]",
+    "maniskill": "rlinf-envs[maniskill]",
+    "metaworld": "rlinf-envs[metaworld]",
+}
 
 
 def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> str:
@@ -30,6 +34,10 @@ def _registered_ids(env_type: str) -> set[str] | str:
     if env_type == "gymnasium":
         gym = importlib.import_module("gymnasium")
         return set(gym.envs.registry)
+    if env_type == "metaworld":
+        from .metaworld import env_ids
+
+        return set(env_ids())
     # ManiSkill registers its tasks when mani_skill.envs is imported (a few seconds, once per process).
     importlib.import_module("mani_skill.envs")
     return set(importlib.import_module("mani_skill.utils.registration").REGISTERED_ENVS)
@@ -39,7 +47,7 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
     """What is wrong with the simulator names of ``cfg`` (checked before any worker starts).
 
     Each ``env_type`` must be installed and each ``env_id`` registered by it; a ManiSkill ``control_mode`` must be
-    one of the task robot's controllers. A gymnasium id written
+    one of the task robot's controllers; a Meta-World ``camera_name`` one of the scene's cameras. A gymnasium id written
     ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
     module only.
 
@@ -63,6 +71,8 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
             problems += _obs_mode_problems(where, split)
             if split.env_type == "maniskill" and split.control_mode is not None:
                 problems += _control_mode_problems(where, split)
+            if split.env_type == "metaworld":
+                problems += _camera_problems(where, split)
     return problems
 
 
@@ -74,6 +84,8 @@ def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
     modes: tuple[str, ...]
     if split.env_type == "maniskill":
         from .maniskill import OBS_MODES as modes
+    elif split.env_type == "metaworld":
+        from .metaworld import OBS_MODES as modes
     else:
         modes = _OBS_MODES.get(split.env_type, ("state",))
     if split.obs_mode in modes:
@@ -81,6 +93,14 @@ def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
     return [
         f"{where}.obs_mode: {split.obs_mode!r} is not an observation mode of {split.env_type}; allowed: {', '.join(modes)}"
     ]
+
+
+def _camera_problems(where: str, split: VecEnvConfig) -> list[str]:
+    from .metaworld import CAMERAS
+
+    if split.camera_name is None or split.camera_name in CAMERAS:
+        return []
+    return [f"{where}.camera_name: {split.camera_name!r} is not a Meta-World camera; allowed: {', '.join(CAMERAS)}"]
 
 
 def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
@@ -103,13 +123,22 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
     Launchers use it to start the actor and rollout groups (which need the spec) together with the env
     group instead of after it. gymnasium: one env made and closed here (milliseconds for classic control),
     the spec ``EnvWorker.get_spec`` reports. ManiSkill: ``None`` (it would start a simulator in the driver);
-    ask the env workers.
+    ask the env workers. Meta-World: fixed by ``obs_mode`` and ``image_size`` (no simulator).
     """
+    spec: EnvSpec | None = None
     if cfg.env_type == "gymnasium":
         from .gymnasium import gymnasium_spec
 
-        return gymnasium_spec(cfg.env_id, cfg.env_kwargs)
-    return None
+        spec = gymnasium_spec(cfg.env_id, cfg.env_kwargs)
+    elif cfg.env_type == "metaworld":
+        from .metaworld import metaworld_spec
+
+        spec = metaworld_spec(cfg.obs_mode, cfg.image_size)
+    if spec is not None and cfg.frame_stack > 1:  # what make_vec_env's FrameStack reports
+        from ._frame_stack import _stacked_spec
+
+        spec = _stacked_spec(spec, cfg.frame_stack)
+    return spec
 
 
 def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
@@ -158,6 +187,23 @@ def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
             obs_mode=cfg.obs_mode,
             image_size=cfg.image_size,
             control_mode=cfg.control_mode,
+            reward_mode=cfg.reward_mode,
+            ignore_terminations=cfg.ignore_terminations,
+            vector_mode=cfg.vector_mode,
+            env_kwargs=cfg.env_kwargs,
+        )
+    if cfg.env_type == "metaworld":
+        from .metaworld import MetaWorldVecEnv
+
+        return MetaWorldVecEnv(
+            cfg.env_id,
+            n,
+            group_size=cfg.group_size,
+            auto_reset=cfg.auto_reset,
+            max_episode_steps=cfg.max_episode_steps,
+            obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size,
+            camera_name=cfg.camera_name,
             reward_mode=cfg.reward_mode,
             ignore_terminations=cfg.ignore_terminations,
             vector_mode=cfg.vector_mode,

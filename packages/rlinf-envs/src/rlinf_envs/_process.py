@@ -15,7 +15,9 @@ def prepare_process_env(cfg: EnvConfig) -> dict[str, str]:
     Env workers inherit the driver's environment, so this must run in the driver before the cluster starts.
     Today: ManiSkill (SAPIEN) needs a Vulkan driver; when ``VK_ICD_FILENAMES`` is unset, the lavapipe driver
     that ``scripts/install_vulkan_cpu.sh`` unpacked (if any, see ``rlinf_envs.maniskill.find_installed_icd``)
-    is selected. Variables the user set are never changed.
+    is selected. Meta-World camera observations (``obs_mode: rgb``) render offscreen: when ``MUJOCO_GL`` is unset it
+    is set to ``egl`` (headless; Mesa's software EGL needs no GPU), so MuJoCo picks that backend when the
+    workers import it. Variables the user set are never changed.
 
     Returns:
         The variables this call set (empty when nothing was needed or everything was already set).
@@ -28,5 +30,8 @@ def prepare_process_env(cfg: EnvConfig) -> dict[str, str]:
         icd = find_installed_icd()
         if icd is not None:
             changed["VK_ICD_FILENAMES"] = str(icd)
+    rgb = any(s.env_type == "metaworld" and s.obs_mode == "rgb" for s in (cfg.train, cfg.eval))
+    if rgb and "MUJOCO_GL" not in os.environ:
+        changed["MUJOCO_GL"] = "egl"
     os.environ.update(changed)
     return changed
