@@ -126,6 +126,20 @@ def test_rgb_obs_shapes_dtypes_and_proprio() -> None:
 _HAND_BODIES = ("hand", "rightclaw", "leftclaw", "rightpad", "leftpad")
 
 
+def test_rendering_moves_between_threads() -> None:
+    """Env workers run calls on a thread pool: an env built in one thread renders in others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = MetaWorldVecEnv("MT1/reach-v3", 1, obs_mode="rgb", image_size=(32, 32))
+    first = env.reset(seed=0)["rgb"]  # type: ignore[index]
+    for k in range(3):
+        with ThreadPoolExecutor(1) as pool:  # a new thread each time
+            res = pool.submit(env.chunk_step, _actions(1, 2, seed=k)).result()
+        assert res.obs["rgb"].shape == (1, 32, 32, 3)  # type: ignore[index]
+    np.testing.assert_array_equal(env.reset(seed=0)["rgb"], first)  # type: ignore[index]
+    env.close()
+
+
 def _green_hand_row(env: MetaWorldVecEnv, dz: float) -> float:
     """Move the hand up or down for 25 steps; the mean image row of its (painted green) gripper."""
     res = env.chunk_step(np.tile(np.array([0.0, 0.0, dz, 0.0], np.float32), (1, 25, 1)))

@@ -44,8 +44,7 @@ def gl_backend() -> str:
     return name
 
 
-def _gl_context(width: int, height: int) -> Any:
-    name = gl_backend()
+def _gl_context(name: str, width: int, height: int) -> Any:
     if name == "egl":
         from mujoco.egl import GLContext
     elif name == "osmesa":
@@ -53,6 +52,27 @@ def _gl_context(width: int, height: int) -> Any:
     else:
         from mujoco.glfw import GLContext
     return GLContext(width, height)
+
+
+def _release_current(backend: str) -> None:
+    """Detach the calling thread's current OpenGL context.
+
+    An EGL context can be current in one thread at a time: an env worker may render from different threads in
+    turn (Ray runs actor calls on a thread pool), so every render releases its context when done.
+    """
+    if backend == "egl":
+        import mujoco.egl as mj_egl
+
+        egl = mj_egl.EGL
+        egl.eglMakeCurrent(mj_egl.EGL_DISPLAY, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
+    elif backend == "osmesa":
+        from OpenGL import GL, osmesa
+
+        osmesa.OSMesaMakeCurrent(None, None, GL.GL_FLOAT, 0, 0)
+    else:
+        import glfw
+
+        glfw.make_context_current(None)
 
 
 def _free_all() -> None:
@@ -92,10 +112,14 @@ class CameraRenderer:
         model.vis.global_.offheight = max(int(model.vis.global_.offheight), height)
         if fast:
             model.vis.quality.offsamples = 0
-        self._gl: Any = _gl_context(width, height)
+        self._backend = gl_backend()
+        self._gl: Any = _gl_context(self._backend, width, height)
         self._gl.make_current()
-        self._con: Any = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
+        try:
+            self._con: Any = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+            mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
+        finally:
+            _release_current(self._backend)
         self._scene = mujoco.MjvScene(model, maxgeom=10_000)
         if fast:
             self._scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
@@ -116,12 +140,16 @@ class CameraRenderer:
         """The camera's current image of ``data`` (derived quantities as of the last ``mj_forward``/step)."""
         if self._gl is None:
             raise RuntimeError("this CameraRenderer is closed")
-        self._gl.make_current()
         mujoco.mjv_updateScene(
             model, data, self._opt, None, self._cam, mujoco.mjtCatBit.mjCAT_ALL.value, self._scene
         )
-        mujoco.mjr_render(self._rect, self._scene, self._con)
-        mujoco.mjr_readPixels(self._buf, None, self._rect, self._con)
+        self._gl.make_current()
+        try:
+            mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
+            mujoco.mjr_render(self._rect, self._scene, self._con)
+            mujoco.mjr_readPixels(self._buf, None, self._rect, self._con)
+        finally:
+            _release_current(self._backend)
         if self._upside_down is None:
             # z component of the camera's y (up) axis in the world frame, row-major 3x3 cam_xmat
             self._upside_down = bool(data.cam_xmat[self._cam_id][7] < 0.0)
@@ -134,6 +162,7 @@ class CameraRenderer:
         if self._gl is not None:
             self._gl.make_current()
             self._con.free()
+            _release_current(self._backend)
             self._gl.free()
             self._gl = None
         _LIVE.discard(self)
