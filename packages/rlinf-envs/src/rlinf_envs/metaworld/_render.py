@@ -10,6 +10,7 @@ own EGL module sets ``PYOPENGL_PLATFORM=egl`` when it is imported and that varia
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import weakref
 from typing import Any
@@ -65,13 +66,11 @@ def _release_current(backend: str) -> None:
 
         egl = mj_egl.EGL
         egl.eglMakeCurrent(mj_egl.EGL_DISPLAY, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
-    elif backend == "osmesa":
-        from OpenGL import GL, osmesa
-
-        osmesa.OSMesaMakeCurrent(None, None, GL.GL_FLOAT, 0, 0)
+    elif backend == "osmesa":  # PyOpenGL and glfw (mujoco's dependencies) are untyped: reached as Any
+        gl: Any = importlib.import_module("OpenGL.GL")
+        importlib.import_module("OpenGL.osmesa").OSMesaMakeCurrent(None, None, gl.GL_FLOAT, 0, 0)
     else:
-        import glfw
-
+        glfw: Any = importlib.import_module("glfw")
         glfw.make_context_current(None)
 
 
