@@ -65,7 +65,7 @@ class VecEnvConfig:
     seed: int = 0
     """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    """Extra keyword arguments for the simulator's ``make``."""
+    """Extra keyword arguments for the simulator's ``make`` (Meta-World: for the task class)."""
     obs_mode: str = "state"
     """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
     vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
@@ -90,7 +90,8 @@ class VecEnvConfig:
     """ManiSkill CPU, Meta-World: ``sync`` (in the env worker) or ``async`` (one process per env)."""
     # Meta-World options.
     camera_name: str | None = None
-    """Meta-World camera of ``obs_mode: rgb`` (``null``: ``corner4``, the view RLinf's Meta-World env renders)."""
+    """Meta-World camera of ``obs_mode: rgb``: ``topview``, ``corner``, ``corner2``, ``corner3``, ``corner4``,
+    ``behindGripper`` or ``gripperPOV`` (``null``: ``corner4``, the view RLinf's Meta-World env renders)."""
 
     def __attrs_post_init__(self) -> None:
         if self.total_num_envs % self.group_size:
