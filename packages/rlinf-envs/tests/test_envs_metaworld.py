@@ -140,6 +140,32 @@ def test_rendering_moves_between_threads() -> None:
     env.close()
 
 
+def test_gymnasium_renderers_in_the_same_thread_keep_their_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gymnasium's MuJoCo renderer makes its context current once; our renders must leave it current."""
+    import gymnasium as gym
+
+    monkeypatch.setenv("MUJOCO_GL", "egl")  # read by gymnasium when its renderer is built
+    raw = gym.make(
+        "Meta-World/MT1",
+        env_name="reach-v3",
+        seed=0,
+        render_mode="rgb_array",
+        width=32,
+        height=32,
+        disable_env_checker=True,
+    )
+    raw.reset(seed=0)
+    before = raw.render()
+    env = MetaWorldVecEnv("MT1/reach-v3", 1, obs_mode="rgb", image_size=(32, 32))
+    env.reset(seed=0)
+    env.chunk_step(_actions(1, 2))
+    after = raw.render()
+    assert before.std() > 5
+    np.testing.assert_array_equal(after, before)
+    env.close()
+    raw.close()
+
+
 def _green_hand_row(env: MetaWorldVecEnv, dz: float) -> float:
     """Move the hand up or down for 25 steps; the mean image row of its (painted green) gripper."""
     res = env.chunk_step(np.tile(np.array([0.0, 0.0, dz, 0.0], np.float32), (1, 25, 1)))

@@ -55,23 +55,45 @@ def _gl_context(name: str, width: int, height: int) -> Any:
     return GLContext(width, height)
 
 
-def _release_current(backend: str) -> None:
-    """Detach the calling thread's current OpenGL context.
+def _current_context(backend: str) -> Any:
+    """What is current in the calling thread (``None``: nothing), for :func:`_make_current_again`."""
+    if backend == "egl":
+        import mujoco.egl as mj_egl
+
+        egl = mj_egl.EGL
+        context = egl.eglGetCurrentContext()
+        if not context:
+            return None
+        draw, read = egl.eglGetCurrentSurface(egl.EGL_DRAW), egl.eglGetCurrentSurface(egl.EGL_READ)
+        return (egl.eglGetCurrentDisplay(), draw, read, context)
+    if backend == "glfw":  # glfw (a mujoco dependency) is untyped: reached as Any
+        glfw: Any = importlib.import_module("glfw")
+        return glfw.get_current_context() or None
+    return None  # OSMesa binds a context to its buffer, which only the context's owner knows
+
+
+def _make_current_again(backend: str, previous: Any) -> None:
+    """Make ``previous`` current again, or leave no context current in the calling thread.
 
     An EGL context can be current in one thread at a time: an env worker may render from different threads in
-    turn (Ray runs actor calls on a thread pool), so every render releases its context when done.
+    turn (Ray runs actor calls on a thread pool), so a render never leaves its own context current. A context
+    that was current before (gymnasium's MuJoCo renderer makes its context current once and relies on it)
+    is current again afterwards.
     """
     if backend == "egl":
         import mujoco.egl as mj_egl
 
         egl = mj_egl.EGL
-        egl.eglMakeCurrent(mj_egl.EGL_DISPLAY, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
-    elif backend == "osmesa":  # PyOpenGL and glfw (mujoco's dependencies) are untyped: reached as Any
+        if previous is None:
+            egl.eglMakeCurrent(mj_egl.EGL_DISPLAY, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
+        else:
+            egl.eglMakeCurrent(*previous)
+    elif backend == "osmesa":  # PyOpenGL (a mujoco dependency) is untyped: reached as Any
         gl: Any = importlib.import_module("OpenGL.GL")
         importlib.import_module("OpenGL.osmesa").OSMesaMakeCurrent(None, None, gl.GL_FLOAT, 0, 0)
     else:
         glfw: Any = importlib.import_module("glfw")
-        glfw.make_context_current(None)
+        glfw.make_context_current(previous)
 
 
 def _free_all() -> None:
@@ -112,13 +134,14 @@ class CameraRenderer:
         if fast:
             model.vis.quality.offsamples = 0
         self._backend = gl_backend()
+        previous = _current_context(self._backend)
         self._gl: Any = _gl_context(self._backend, width, height)
         self._gl.make_current()
         try:
             self._con: Any = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
             mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
         finally:
-            _release_current(self._backend)
+            _make_current_again(self._backend, previous)
         self._scene = mujoco.MjvScene(model, maxgeom=10_000)
         if fast:
             self._scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
@@ -142,13 +165,14 @@ class CameraRenderer:
         mujoco.mjv_updateScene(
             model, data, self._opt, None, self._cam, mujoco.mjtCatBit.mjCAT_ALL.value, self._scene
         )
+        previous = _current_context(self._backend)
         self._gl.make_current()
         try:
             mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._con)
             mujoco.mjr_render(self._rect, self._scene, self._con)
             mujoco.mjr_readPixels(self._buf, None, self._rect, self._con)
         finally:
-            _release_current(self._backend)
+            _make_current_again(self._backend, previous)
         if self._upside_down is None:
             # z component of the camera's y (up) axis in the world frame, row-major 3x3 cam_xmat
             self._upside_down = bool(data.cam_xmat[self._cam_id][7] < 0.0)
@@ -159,9 +183,10 @@ class CameraRenderer:
     def close(self) -> None:
         """Release the OpenGL context; idempotent."""
         if self._gl is not None:
+            previous = _current_context(self._backend)
             self._gl.make_current()
             self._con.free()
-            _release_current(self._backend)
+            _make_current_again(self._backend, previous)
             self._gl.free()
             self._gl = None
         _LIVE.discard(self)
