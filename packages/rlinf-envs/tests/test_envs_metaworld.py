@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from rlinf_envs import EnvConfig, VecEnv, VecEnvConfig, env_config_problems, prepare_process_env
@@ -230,7 +231,8 @@ def test_auto_reset_keeps_the_task_and_shares_variations_in_groups() -> None:
     res = env.chunk_step(_actions(4, 4, group_size=2))  # the time limit hits at step 3 of 4
     assert res.truncations[:, 2].all() and not res.truncations[:, [0, 1, 3]].any()
     assert not res.terminations.any() and res.episodes.lengths == [3] * 4
-    assert res.episodes.successes == [False] * 4
+    assert res.episodes.successes == [False] * 4 and res.episodes.successes_at_end == [False] * 4
+    assert res.episodes.tasks == [t for t, _ in before]  # the task names, per finished episode
     np.testing.assert_allclose(res.episodes.returns, res.rewards[:, :3].sum(1), rtol=1e-5)
     after = env.tasks()
     assert [t for t, _ in after] == [t for t, _ in before]  # same task, a new variation drawn
@@ -260,6 +262,7 @@ def test_success_terminates_with_sparse_reward() -> None:
     assert res.terminations[0, 0] and not res.terminations[0, 1:].any() and not res.dones[1].any()
     assert res.rewards[0, 0] == 1.0 and res.rewards[1].sum() == 0.0
     assert res.episodes.successes == [True] and res.episodes.lengths == [1] and res.episodes.returns == [1.0]
+    assert res.episodes.successes_at_end == [True] and res.episodes.tasks == ["push-v3"]
     env.close()
 
 
@@ -379,6 +382,10 @@ def test_env_config_problems_list_the_allowed_values() -> None:
         "env.eval.camera_name: 'front' is not a Meta-World camera; allowed: topview, corner, corner2, corner3, "
         "corner4, behindGripper, gripperPOV"
     )
+    depth = VecEnvConfig(env_type="metaworld", env_id="MT10", obs_mode="depth")
+    assert env_config_problems(EnvConfig(train=depth, eval=VecEnvConfig())) == [
+        "env.train.obs_mode: 'depth' is not an observation mode of metaworld; allowed: state, rgb"
+    ]
     good = VecEnvConfig(env_type="metaworld", env_id="MT1/reach-v3", obs_mode="rgb", camera_name="corner2")
     assert env_config_problems(EnvConfig(train=good, eval=good)) == []
     with pytest.raises(ValueError, match="image_size"):
@@ -395,6 +402,24 @@ def test_config_builds_the_env_and_the_driver_spec() -> None:
     assert isinstance(env, MetaWorldVecEnv) and env.spec == env_spec_without_worker(cfg)
     assert env.reset(seed=0)["rgb"].shape == (2, 40, 48, 3)  # type: ignore[index]
     env.close()
+    stacked = attrs.evolve(cfg, frame_stack=2)
+    env = make_vec_env(stacked)
+    assert env.spec == env_spec_without_worker(stacked) and env.spec.obs_dict["rgb"].shape == (40, 48, 6)  # type: ignore[index]
+    assert env.reset(seed=0)["rgb"].shape == (2, 40, 48, 6)  # type: ignore[index]
+    env.close()
+
+
+def test_render_draws_the_camera_in_any_obs_mode() -> None:
+    state_env = MetaWorldVecEnv("MT1/pick-place-v3", 2, image_size=(48, 48))
+    rgb_env = MetaWorldVecEnv("MT1/pick-place-v3", 2, obs_mode="rgb", image_size=(48, 48))
+    state_env.reset(seed=3)
+    obs = rgb_env.reset(seed=3)
+    frames = state_env.render()
+    assert frames.shape == (2, 48, 48, 3) and frames.dtype == np.uint8
+    np.testing.assert_array_equal(frames, obs["rgb"])  # type: ignore[index]
+    np.testing.assert_array_equal(rgb_env.render(), obs["rgb"])  # type: ignore[index]
+    state_env.close()
+    rgb_env.close()
 
 
 def test_rgb_configs_select_headless_egl(monkeypatch: pytest.MonkeyPatch) -> None:

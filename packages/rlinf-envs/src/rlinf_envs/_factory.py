@@ -100,7 +100,9 @@ def _camera_problems(where: str, split: VecEnvConfig) -> list[str]:
 
     if split.camera_name is None or split.camera_name in CAMERAS:
         return []
-    return [f"{where}.camera_name: {split.camera_name!r} is not a Meta-World camera; allowed: {', '.join(CAMERAS)}"]
+    return [
+        f"{where}.camera_name: {split.camera_name!r} is not a Meta-World camera; allowed: {', '.join(CAMERAS)}"
+    ]
 
 
 def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:

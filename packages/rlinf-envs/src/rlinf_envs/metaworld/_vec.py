@@ -299,11 +299,16 @@ class _TaskSlot(gym.Env[Any, np.ndarray]):
     def _observe(self, raw: np.ndarray) -> Any:
         if self._obs_mode == "state":
             return np.asarray(raw, dtype=np.float32)
+        return {"rgb": self.rlinf_render(), "state": np.asarray(raw[:PROPRIO_DIM], dtype=np.float32)}
+
+    def rlinf_render(self) -> np.ndarray:
+        """``[H, W, 3]`` uint8: the camera's view of the current scene (the ``rgb`` observation's image)."""
+        if self._env is None:
+            raise RuntimeError("call reset() before rendering")
         if self._renderer is None:
             h, w = self._image_size
             self._renderer = CameraRenderer(self._env.model, self._camera, h, w, fast=self._fast_render)
-        rgb = self._renderer.render(self._env.model, self._env.data)
-        return {"rgb": rgb, "state": np.asarray(raw[:PROPRIO_DIM], dtype=np.float32)}
+        return self._renderer.render(self._env.model, self._env.data)
 
     # -- state -------------------------------------------------------------------------------------------
 
@@ -409,8 +414,9 @@ class MetaWorldVecEnv:
     ``reward_mode``: ``"dense"`` (Meta-World's reward, in [0, 10]), ``"normalized_dense"`` (the same / 10) or
     ``"sparse"`` (1 at steps where the task is solved). A success (``info["success"]``) terminates the episode
     unless ``ignore_terminations``; :class:`EpisodeStats` ``successes`` is True if the task was solved at any
-    step of the episode. Episodes are cut at ``max_episode_steps`` (default 500, Meta-World's
-    ``max_path_length``).
+    step of the episode, ``successes_at_end`` if it was solved at the last step, ``tasks`` holds the task names.
+    Episodes are cut at ``max_episode_steps`` (default 500, Meta-World's ``max_path_length``). :meth:`render`
+    draws the same camera in any ``obs_mode`` (evaluation videos).
 
     Args:
         env_id: ``"MT1/<task>"``, ``"ML1/<task>"``, ``"MT10"``, ``"MT25"`` or ``"MT50"`` (:func:`env_ids`).
@@ -504,6 +510,7 @@ class MetaWorldVecEnv:
         self._len = np.zeros(num_envs, dtype=np.int64)
         self._success = np.zeros(num_envs, dtype=bool)
         self._finished = np.zeros(num_envs, dtype=bool)
+        self._task = np.zeros(num_envs, dtype=np.int64)  # each env's task index (fixed until a seeded reset)
         self._was_reset = False
         self._closed = False
 
@@ -544,6 +551,9 @@ class MetaWorldVecEnv:
         )
         seeds: list[int | None] = [group_seeds[i // self.group_size] for i in range(self.num_envs)]
         self._obs = self._reset_vec(seeds, None)
+        self._task[:] = [
+            task_and_variation(int(s or 0), len(self.task_names), NUM_VARIATIONS)[0] for s in seeds
+        ]
         self._ret[:] = 0.0
         self._len[:] = 0
         self._success[:] = False
@@ -597,6 +607,8 @@ class MetaWorldVecEnv:
                     stats.returns.append(float(self._ret[i]))
                     stats.lengths.append(int(self._len[i]))
                     stats.successes.append(bool(self._success[i]))
+                    stats.successes_at_end.append(bool(success[i]))
+                    stats.tasks.append(self.task_names[self._task[i]])
                 _set_rows(final_obs, ended, obs)
                 self._ret[ended], self._len[ended], self._success[ended] = 0.0, 0, False
                 if self.auto_reset:
@@ -606,6 +618,11 @@ class MetaWorldVecEnv:
         last_done = terms[:, -1] | truncs[:, -1]
         _set_rows(final_obs, ~last_done, self._obs)
         return ChunkStepResult(_copy(self._obs), rewards, terms, truncs, final_obs, stats)
+
+    def render(self) -> np.ndarray:
+        """``[N, H, W, 3]`` uint8: each env's scene from ``camera_name`` at ``image_size`` (any ``obs_mode``; videos)."""
+        self._check_open()
+        return np.stack(list(self._vec.call("rlinf_render")))
 
     def tasks(self) -> list[tuple[str, int]]:
         """``(task name, variation index)`` of each env's current episode."""
@@ -645,6 +662,7 @@ class MetaWorldVecEnv:
             "len": self._len.copy(),
             "success": self._success.copy(),
             "finished": self._finished.copy(),
+            "task": self._task.copy(),
             "was_reset": self._was_reset,
         }
 
@@ -664,6 +682,7 @@ class MetaWorldVecEnv:
         self._len[:] = state["len"]
         self._success[:] = state["success"]
         self._finished[:] = state["finished"]
+        self._task[:] = state["task"]
         self._was_reset = bool(state["was_reset"])
 
     def _check_open(self) -> None:
