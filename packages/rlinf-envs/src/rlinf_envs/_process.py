@@ -34,7 +34,9 @@ def prepare_process_env(cfg: EnvConfig) -> dict[str, str]:
     ManiSkill (SAPIEN) needs a Vulkan driver; when ``VK_ICD_FILENAMES`` is unset, the lavapipe driver
     that ``scripts/install_vulkan_cpu.sh`` unpacked (if any, see ``rlinf_envs.maniskill.find_installed_icd``)
     is selected. LIBERO renders with EGL: ``MUJOCO_GL`` and ``PYOPENGL_PLATFORM`` default to ``egl``
-    (:func:`libero_gl_env`). Variables the user set are never changed.
+    (:func:`libero_gl_env`). Meta-World camera observations (``obs_mode: rgb``) render offscreen: when
+    ``MUJOCO_GL`` is unset it is set to ``egl`` (headless; Mesa's software EGL needs no GPU), so MuJoCo picks that
+    backend when the workers import it. Variables the user set are never changed.
 
     Returns:
         The variables this call set (empty when nothing was needed or everything was already set).
@@ -49,5 +51,8 @@ def prepare_process_env(cfg: EnvConfig) -> dict[str, str]:
             changed["VK_ICD_FILENAMES"] = str(icd)
     if "libero" in (cfg.train.env_type, cfg.eval.env_type):
         changed.update(libero_gl_env(os.environ))
+    rgb = any(s.env_type == "metaworld" and s.obs_mode == "rgb" for s in (cfg.train, cfg.eval))
+    if rgb and "MUJOCO_GL" not in os.environ:
+        changed.setdefault("MUJOCO_GL", "egl")
     os.environ.update(changed)
     return changed
