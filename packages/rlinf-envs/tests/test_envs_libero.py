@@ -7,6 +7,7 @@ import io
 import pickle
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import attrs
@@ -373,13 +374,22 @@ def test_rgb_observations_are_upright_camera_images() -> None:
     env.close()
 
 
-def test_rgb_envs_sharing_a_process_each_render_their_own_scene() -> None:
-    """robosuite renders into the current GL context and frees GL objects in it: each env must select its own."""
+def test_rgb_envs_share_a_process_and_threads() -> None:
+    """robosuite renders into the current GL context and frees GL objects in it, and an EGL context is current in one
+    thread at a time: each env must select its own context and release it (Ray actors step in other threads)."""
     env = LiberoVecEnv("libero_spatial", 1, obs_mode="rgb", image_size=32, task_ids=[0], settle_steps=0)
     first = env.reset(seed=0)
+    stepped = env.chunk_step(_zeros(1, 2)).obs
     other = LiberoVecEnv("libero_goal", 1, obs_mode="rgb", image_size=32, task_ids=[0], settle_steps=0)
-    other.reset(seed=0)  # its context is the current one now
+    other.reset(seed=0)  # robosuite made its context current when it built it
     _assert_same([env.reset(seed=0), env.render()], [first, first["rgb"]])
+    out: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: out.extend([env.reset(seed=0), env.chunk_step(_zeros(1, 2)).obs])
+    )
+    thread.start()
+    thread.join()
+    _assert_same(out, [first, stepped])
     other.close()  # robosuite frees its GL objects in whatever context is current
     _assert_same([env.reset(seed=0), env.render()], [first, first["rgb"]])
     env.close()

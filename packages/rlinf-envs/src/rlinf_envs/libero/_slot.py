@@ -5,13 +5,17 @@ reset options; the slot builds the task's simulation if it holds another one (se
 compiled), resets it, loads the initial state from the task's file, then runs the settle steps. Rewards,
 terminations and time limits are the vector env's business: a step reports the observation and ``success``.
 A step with a NaN action is skipped (the vector env sends one for an env whose episode has ended). With camera
-observations each slot selects its own GL context before it renders, so that several slots can share a process.
+observations each slot makes its own GL context current for each reset, step or render and releases it afterwards,
+so that several slots can share a process and be stepped from any thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +88,14 @@ def placement_seed(task: LiberoTask, init_id: int) -> int:
     return zlib.crc32(f"{task.source}/{task.name}/{init_id}".encode())
 
 
+def _release(gl_ctx: Any) -> None:
+    """Make no context current in this thread (EGL: a context current in one thread cannot be made current in another)."""
+    module = sys.modules.get(type(gl_ctx).__module__)
+    egl, display = getattr(module, "EGL", None), getattr(module, "EGL_DISPLAY", None)
+    if egl is not None and display is not None:
+        egl.eglMakeCurrent(display, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
+
+
 def _integration_state(env: Any) -> np.ndarray:
     model, data = env.sim.model._model, env.sim.data._data
     spec = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -137,7 +149,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
 
         self.close()
         rgb = self.cfg.obs_mode == "rgb"
-        self._env = ControlEnv(
+        env = ControlEnv(
             bddl_file_name=str(task.bddl_file),
             use_camera_obs=rgb,
             has_offscreen_renderer=rgb,
@@ -150,34 +162,52 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
             ignore_done=True,
             **self.cfg.env_kwargs,
         )
+        context = getattr(env.sim, "_render_context_offscreen", None)
+        if context is not None:
+            _release(context.gl_ctx)  # robosuite made it current in this thread; see _gl
+        self._env = env
         self._task = task
 
-    def _make_current(self) -> None:
-        # Every robosuite env of a process has its own GL context, but robosuite renders into (and frees its GL
-        # objects from) whichever context is current: the last one created, or none once another env was closed.
-        # Select ours before rendering and before closing.
+    @contextlib.contextmanager
+    def _gl(self) -> Iterator[None]:
+        """This slot's GL context current in this thread for the block (no-op without a render context).
+
+        Every robosuite env has its own GL context, but robosuite renders into (and frees its GL objects from)
+        whichever context is current: the last one created, or none once another env was closed. And an EGL
+        context current in one thread cannot be made current in another (a Ray actor builds its envs in one
+        thread and steps them in others). So each use selects the slot's context and releases it afterwards.
+        """
         context = getattr(self._env.sim, "_render_context_offscreen", None) if self._env is not None else None
-        if context is not None:
-            context.gl_ctx.make_current()
+        if context is None:
+            yield
+            return
+        gl_ctx = context.gl_ctx
+        del context  # closing the env in the block must be able to collect it (with this context current)
+        gl_ctx.make_current()
+        try:
+            yield
+        finally:
+            if getattr(gl_ctx, "_context", True):  # not freed inside the block (close)
+                _release(gl_ctx)
 
     def _reset_to(self, task: LiberoTask, init_id: int) -> Any:
         if self._task is None or self._task.index != task.index or self._env is None:
             self._build(task)
         env = self._env
-        self._make_current()
-        saved = np.random.get_state()
-        np.random.seed(placement_seed(task, init_id))
-        try:
-            env.reset()
-        finally:
-            np.random.set_state(saved)
-        # robosuite keeps the gripper's integrated command across soft resets: start every episode from zero.
-        gripper = env.env.robots[0].gripper
-        gripper.current_action = np.zeros(gripper.dof)
-        raw = env.set_init_state(np.array(init_states(task)[init_id]))
-        zero = np.zeros(7)
-        for _ in range(self.cfg.settle_steps):
-            raw, _, _, _ = env.step(zero)
+        with self._gl():
+            saved = np.random.get_state()
+            np.random.seed(placement_seed(task, init_id))
+            try:
+                env.reset()
+            finally:
+                np.random.set_state(saved)
+            # robosuite keeps the gripper's integrated command across soft resets: start every episode from zero.
+            gripper = env.env.robots[0].gripper
+            gripper.current_action = np.zeros(gripper.dof)
+            raw = env.set_init_state(np.array(init_states(task)[init_id]))
+            zero = np.zeros(7)
+            for _ in range(self.cfg.settle_steps):
+                raw, _, _, _ = env.step(zero)
         self._init_id = init_id
         return raw
 
@@ -228,8 +258,8 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         action = np.asarray(action, dtype=np.float64)
         if np.isnan(action).any():
             return copy.deepcopy(self._obs), 0.0, False, False, {"success": False}
-        self._make_current()
-        raw, _, success, _ = self._env.step(action)  # LIBERO reports the task's success check as `done`
+        with self._gl():
+            raw, _, success, _ = self._env.step(action)  # LIBERO reports the task's success check as `done`
         self._obs = self._convert(raw)
         return copy.deepcopy(self._obs), float(success), False, False, {"success": bool(success)}
 
@@ -247,17 +277,18 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
             context = MjRenderContextOffscreen(sim, device_id=-1)  # registers itself with the sim
             context.vopt.geomgroup[0] = 0  # visual meshes only, as robosuite's cameras show them
             context.vopt.geomgroup[1] = 1
-        self._make_current()
+            _release(context.gl_ctx)
         height, width = self.cfg.image_size
-        image = sim.render(width=width, height=height, camera_name=CAMERAS[0])
+        with self._gl():
+            image = sim.render(width=width, height=height, camera_name=CAMERAS[0])
         return np.ascontiguousarray(np.asarray(image)[::-1, ::-1])
 
     def close(self) -> None:
         """Free the simulation (and its render context)."""
         if self._env is not None:
             # robosuite frees the render context's GL objects in the current context: it must be this slot's.
-            self._make_current()
-            self._env.close()
+            with self._gl():
+                self._env.close()
             self._env = None
             self._task = None
 
