@@ -65,8 +65,45 @@ def raw_maniskill(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | No
     return segment
 
 
+def _bench_module(name: str) -> Any:
+    import importlib
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    return importlib.import_module(name)
+
+
+def raw_libero(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | None) -> Callable[[int], float]:
+    """``n`` LIBERO ``ControlEnv`` s of task 0 of suite ``env_id`` (``bench/libero_env_steps.py``'s raw case)."""
+    mod = _bench_module("libero_env_steps")
+    cache: dict[int, Any] = {}
+
+    def segment(steps: int) -> float:
+        if steps not in cache:  # the raw envs pre-draw their actions for a segment length
+            cache[steps] = mod.RawEnvs(env_id, 0, n, obs_mode, (size or (128, 128))[0], steps)
+        rate: float = cache[steps].segment()
+        return rate
+
+    return segment
+
+
+def raw_metaworld(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | None) -> Callable[[int], float]:
+    """``n`` Meta-World envs made by the package (``bench/metaworld_env_steps.py``'s raw case; full-quality render)."""
+    mod = _bench_module("metaworld_env_steps")
+    cache: dict[int, Any] = {}
+
+    def segment(steps: int) -> float:
+        if steps not in cache:
+            cache[steps] = mod.RawEnvs(env_id, n, obs_mode, "corner4", steps)
+        rate: float = cache[steps].segment()
+        return rate
+
+    return segment
+
+
 RAW: dict[str, Callable[[str, int, str, tuple[int, int] | None], Callable[[int], float]]] = {
     "maniskill": raw_maniskill,
+    "libero": raw_libero,
+    "metaworld": raw_metaworld,
 }
 
 
@@ -131,7 +168,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     size = (args.image_size[0], args.image_size[1])
-    extra = json.loads(args.env_kwargs)
+    extra = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(args.env_kwargs).items()}
     print(json.dumps({"cpus": os.cpu_count(), "loadavg_start": round(os.getloadavg()[0], 1), **vars(args)}))
     cluster = Cluster(
         num_nodes=1,
