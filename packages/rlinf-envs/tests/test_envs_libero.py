@@ -398,6 +398,26 @@ def test_rgb_envs_share_a_process_and_threads() -> None:
     env.close()
 
 
+def test_a_gymnasium_renderer_in_the_same_thread_keeps_its_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gymnasium's MuJoCo renderer makes its GL context current once and relies on it: LIBERO must put it back."""
+    pytest.importorskip("gymnasium.envs.mujoco", reason='needs MuJoCo gymnasium envs: "rlinf-envs[mujoco]"')
+    import gymnasium as gym
+
+    monkeypatch.setenv("MUJOCO_GL", "egl")  # read by gymnasium when its renderer is built
+    raw = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=32, height=32)
+    raw.reset(seed=0)
+    before = raw.render()
+    env = LiberoVecEnv("libero_spatial", 1, obs_mode="rgb", image_size=32, task_ids=[0], settle_steps=0)
+    env.reset(seed=0)
+    env.chunk_step(_zeros(1, 2))
+    after = raw.render()
+    assert before.std() > 5
+    np.testing.assert_array_equal(after, before)
+    env.close()
+    np.testing.assert_array_equal(raw.render(), before)
+    raw.close()
+
+
 def _round_trip(n: int, task_ids: list[int], other_seed: int, other_task: bool) -> None:
     rng = np.random.default_rng(5)
     actions = [rng.uniform(-1, 1, (n, 3, 7)).astype(np.float32) for _ in range(3)]
