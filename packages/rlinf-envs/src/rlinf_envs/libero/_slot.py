@@ -11,9 +11,11 @@ so that several slots can share a process and be stepped from any thread.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import sys
+import weakref
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,12 +90,49 @@ def placement_seed(task: LiberoTask, init_id: int) -> int:
     return zlib.crc32(f"{task.source}/{task.name}/{init_id}".encode())
 
 
-def _release(gl_ctx: Any) -> None:
-    """Make no context current in this thread (EGL: a context current in one thread cannot be made current in another)."""
-    module = sys.modules.get(type(gl_ctx).__module__)
-    egl, display = getattr(module, "EGL", None), getattr(module, "EGL_DISPLAY", None)
-    if egl is not None and display is not None:
-        egl.eglMakeCurrent(display, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
+_EGL_MODULE = "robosuite.renderers.context.egl_context"
+"""robosuite's EGL context (its GL backend unless ``MUJOCO_GL`` is ``osmesa`` or ``glx``, which are left alone)."""
+
+
+def _current_context() -> tuple[Any, ...] | None:
+    """The EGL context current in this thread with its display and surfaces (``None``: none, or not EGL)."""
+    module = sys.modules.get(_EGL_MODULE)
+    if module is None:
+        return None
+    egl = module.EGL
+    context = egl.eglGetCurrentContext()
+    if not context:
+        return None
+    draw, read = egl.eglGetCurrentSurface(egl.EGL_DRAW), egl.eglGetCurrentSurface(egl.EGL_READ)
+    return (egl.eglGetCurrentDisplay(), draw, read, context)
+
+
+def _make_current_again(previous: tuple[Any, ...] | None) -> None:
+    """Make ``previous`` (of :func:`_current_context`) current again, or no context at all in this thread.
+
+    An EGL context can be current in one thread at a time and Ray runs an actor's calls on a thread pool, so a
+    slot never leaves its own context current; a context that was current before (gymnasium's MuJoCo renderer
+    makes its context current once and relies on it) is current again afterwards.
+    """
+    module = sys.modules.get(_EGL_MODULE)
+    if module is None or module.EGL_DISPLAY is None:
+        return
+    egl = module.EGL
+    if previous is None:
+        egl.eglMakeCurrent(module.EGL_DISPLAY, egl.EGL_NO_SURFACE, egl.EGL_NO_SURFACE, egl.EGL_NO_CONTEXT)
+    else:
+        egl.eglMakeCurrent(*previous)
+
+
+_LIVE: weakref.WeakSet[LiberoSlot] = weakref.WeakSet()
+_ATEXIT_REGISTERED = False
+
+
+def _close_all() -> None:
+    # Registered after robosuite registers eglTerminate (at its first context), so it runs first (atexit is
+    # LIFO): scenes still open at exit free their GL contexts while the display lives, not noisily in __del__.
+    for slot in list(_LIVE):
+        slot.close()
 
 
 def _integration_state(env: Any) -> np.ndarray:
@@ -147,8 +186,10 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         # robosuite picks its GL context class when first imported (the vector env set MUJOCO_GL before).
         from libero.libero.envs.env_wrapper import ControlEnv
 
+        global _ATEXIT_REGISTERED
         self.close()
         rgb = self.cfg.obs_mode == "rgb"
+        previous = _current_context()
         env = ControlEnv(
             bddl_file_name=str(task.bddl_file),
             use_camera_obs=rgb,
@@ -162,11 +203,13 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
             ignore_done=True,
             **self.cfg.env_kwargs,
         )
-        context = getattr(env.sim, "_render_context_offscreen", None)
-        if context is not None:
-            _release(context.gl_ctx)  # robosuite made it current in this thread; see _gl
+        _make_current_again(previous)  # robosuite made the new context current in this thread; see _gl
         self._env = env
         self._task = task
+        _LIVE.add(self)
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_close_all)
+            _ATEXIT_REGISTERED = True
 
     @contextlib.contextmanager
     def _gl(self) -> Iterator[None]:
@@ -175,7 +218,8 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         Every robosuite env has its own GL context, but robosuite renders into (and frees its GL objects from)
         whichever context is current: the last one created, or none once another env was closed. And an EGL
         context current in one thread cannot be made current in another (a Ray actor builds its envs in one
-        thread and steps them in others). So each use selects the slot's context and releases it afterwards.
+        thread and steps them in others). So each use selects the slot's context and afterwards makes current
+        again what was current before (see :func:`_make_current_again`).
         """
         context = getattr(self._env.sim, "_render_context_offscreen", None) if self._env is not None else None
         if context is None:
@@ -183,12 +227,19 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
             return
         gl_ctx = context.gl_ctx
         del context  # closing the env in the block must be able to collect it (with this context current)
+        previous = _current_context()
+        mine = getattr(gl_ctx, "_context", None)
+        if (
+            previous is not None
+            and mine is not None
+            and getattr(previous[3], "address", None) == mine.address
+        ):
+            previous = None  # ours was left current: leave none
         gl_ctx.make_current()
         try:
             yield
         finally:
-            if getattr(gl_ctx, "_context", True):  # not freed inside the block (close)
-                _release(gl_ctx)
+            _make_current_again(previous)
 
     def _reset_to(self, task: LiberoTask, init_id: int) -> Any:
         if self._task is None or self._task.index != task.index or self._env is None:
@@ -274,10 +325,11 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
         if getattr(sim, "_render_context_offscreen", None) is None:
             from robosuite.utils.binding_utils import MjRenderContextOffscreen
 
+            previous = _current_context()
             context = MjRenderContextOffscreen(sim, device_id=-1)  # registers itself with the sim
             context.vopt.geomgroup[0] = 0  # visual meshes only, as robosuite's cameras show them
             context.vopt.geomgroup[1] = 1
-            _release(context.gl_ctx)
+            _make_current_again(previous)
         height, width = self.cfg.image_size
         with self._gl():
             image = sim.render(width=width, height=height, camera_name=CAMERAS[0])
@@ -291,6 +343,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
                 self._env.close()
             self._env = None
             self._task = None
+            _LIVE.discard(self)
 
     # ------------------------------------------------------------------------------- state and inspection
     @property
