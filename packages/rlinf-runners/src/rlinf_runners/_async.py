@@ -112,6 +112,8 @@ class AsyncEnvRunner(EnvRunner[A]):
         on_step: called with ``(global_step, record)`` after each logged step.
         channel: the env → actor channel (default: one created on the first step, shut down at the end).
         weights: the actor → rollout weights channel (default: likewise).
+        eval_task_name: task name of ``eval/results.json`` rows for envs that report none (the eval env id).
+        video_dir: where evaluation videos go (``None``: under ``<log_path>/eval/global_step_<N>``).
 
     Raises:
         ValueError: for a negative ``staleness_threshold``.
@@ -131,6 +133,8 @@ class AsyncEnvRunner(EnvRunner[A]):
         on_step: StepCallback | None = None,
         channel: Any = None,
         weights: Any = None,
+        eval_task_name: str = "eval",
+        video_dir: str | None = None,
     ) -> None:
         if staleness_threshold < 0:
             raise ValueError(f"staleness_threshold must be >= 0, got {staleness_threshold}")
@@ -145,6 +149,8 @@ class AsyncEnvRunner(EnvRunner[A]):
             run_config=run_config,
             on_step=on_step,
             channel=channel,
+            eval_task_name=eval_task_name,
+            video_dir=video_dir,
         )
         self.staleness_threshold = staleness_threshold
         self._weights: Any = weights
