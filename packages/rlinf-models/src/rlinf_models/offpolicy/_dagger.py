@@ -24,9 +24,9 @@ from rlinf_core.protocols import EnvSpec, ObsSpec, obs_index, obs_len, obs_map
 from .._config import EmbodiedActorConfig, ExpertConfig
 from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
 from ..policies import ActorCritic, SquashedGaussianPolicy, build_inference_policy
-from ..policies._encoders import TensorObs, random_shift
+from ..policies._encoders import TensorObs
 from ._buffer import ReplayBuffer
-from ._trainer import _augmented_keys
+from ._trainer import _augmented_keys, shift_images
 
 __all__ = ["DAggerTrainer", "build_expert", "expert_spec"]
 
@@ -219,15 +219,13 @@ class DAggerTrainer:
         return loss.detach()
 
     def _augment(self, obs: TensorObs) -> TensorObs:
-        span = 2 * self.aug_pad + 1
-
-        def shift(images: torch.Tensor) -> torch.Tensor:
-            shifts = torch.randint(0, span, (images.shape[0], 2), device=images.device)
-            return random_shift(images, shifts, self.aug_pad)
-
-        if not isinstance(obs, Mapping):
-            return shift(obs)
-        return {k: shift(v) if k in (self._aug_keys or ()) else v for k, v in obs.items()}
+        rows = obs_len(obs)
+        return shift_images(
+            obs,
+            self._aug_keys or (),
+            self.aug_pad,
+            lambda span: torch.randint(0, span, (rows, 2), device=self.device),
+        )
 
     # ------------------------------------------------------------------------------------- checkpoints
     def checkpoint_files(self) -> list[tuple[str, Any]]:

@@ -102,6 +102,22 @@ def _augmented_keys(spec: EnvSpec, aug: str) -> tuple[str, ...] | None:
     raise ValueError(f"actor.model.image_aug: {aug!r} needs image observations; the env has {layout}")
 
 
+def shift_images(
+    obs: TensorObs, keys: tuple[str, ...], pad: int, draw: Callable[[int], torch.Tensor]
+) -> TensorObs:
+    """DrQ random shifts of the image entries ``keys`` of ``obs`` (all of an image array observation).
+
+    ``draw(span)`` gives this rank's ``[rows, 2]`` integer offsets in ``[0, span)``, one call per image entry.
+    """
+
+    def shift(images: torch.Tensor) -> torch.Tensor:
+        return random_shift(images, draw(2 * pad + 1), pad)
+
+    if not isinstance(obs, Mapping):
+        return shift(obs)
+    return {k: shift(v) if k in keys else v for k, v in obs.items()}
+
+
 def _clip(params: Iterable[nn.Parameter], max_norm: float | None) -> torch.Tensor | None:
     if max_norm is None:
         return None
@@ -267,17 +283,12 @@ class SACTrainer:
 
     def _augment(self, obs: TensorObs) -> TensorObs:
         """DrQ random shifts of the image entries, drawn for the whole batch (the same on every rank)."""
-        span = 2 * self.aug_pad + 1
 
-        def shift(images: torch.Tensor) -> torch.Tensor:
+        def draw(span: int) -> torch.Tensor:
             shifts = torch.randint(0, span, (self.batch_size, 2), device=self.device)
-            return random_shift(
-                images, shifts[self.rank * self.rows : (self.rank + 1) * self.rows], self.aug_pad
-            )
+            return shifts[self.rank * self.rows : (self.rank + 1) * self.rows]
 
-        if not isinstance(obs, Mapping):
-            return shift(obs)
-        return {k: shift(v) if k in (self._aug_keys or ()) else v for k, v in obs.items()}
+        return shift_images(obs, self._aug_keys or (), self.aug_pad, draw)
 
     def _step(self) -> dict[str, torch.Tensor]:
         lo, hi = self.rank * self.rows, (self.rank + 1) * self.rows
