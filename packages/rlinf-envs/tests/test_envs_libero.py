@@ -497,3 +497,28 @@ def test_every_suite_resets_to_its_files_and_steps(suite: str) -> None:
     assert res.obs.shape == obs.shape and not res.dones.any()
     assert env.task_descriptions()[0] == env.tasks[last].instruction
     env.close()
+
+
+# ------------------------------------------------------------------------------------------- scripted expert
+def test_scripted_expert_puts_the_bowl_on_the_plate() -> None:
+    from rlinf_envs.libero import EXPERT_TASKS, scripted_expert
+
+    with pytest.raises(ValueError, match="libero_spatial"):
+        scripted_expert("libero_goal")
+    assert 0 in EXPERT_TASKS["libero_spatial"]
+    env = LiberoVecEnv("libero_spatial", 1, task_ids=[0], auto_reset=False, init_state_sampling="sequential")
+    expert = scripted_expert("libero_spatial")
+    env.reset(seed=1)
+    task_env = env.task_envs()[0]
+    for _ in range(160):
+        action = expert(task_env)
+        assert action.shape == (7,) and action.dtype == np.float32 and np.abs(action).max() <= 1.0
+        res = env.chunk_step(action[None, None, :])
+        if res.dones.any():
+            break
+    assert res.episodes.successes == [True] and res.episodes.lengths[0] < 140
+    # A new episode: the expert notices (the step counter went back) and approaches again, gripper open.
+    env.reset(seed=2)
+    first = expert(task_env)
+    assert first[6] == -1.0 and first[2] < 0  # open, and down towards the hover point above the rim
+    env.close()

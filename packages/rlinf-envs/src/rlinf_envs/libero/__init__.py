@@ -5,6 +5,7 @@ files, fixed initial states and scene assets (no download), robosuite 1.4 and Mu
 render offscreen with EGL (Mesa's software renderer on a machine without a GPU); see ``docs/libero.md``.
 """
 
+from ._experts import EXPERT_TASKS, LiberoPickPlaceExpert, scripted_expert
 from ._slot import PROPRIO_DIM, RESERVED_ENV_KWARGS, RGB_STATE_DIM
 from ._suites import (
     AGGREGATE_SUITES,
@@ -22,6 +23,7 @@ from ._vec import DEFAULT_IMAGE_SIZE, INIT_STATE_SAMPLING, OBS_MODES, LiberoVecE
 __all__ = [
     "AGGREGATE_SUITES",
     "DEFAULT_IMAGE_SIZE",
+    "EXPERT_TASKS",
     "INIT_STATE_SAMPLING",
     "MAX_EPISODE_STEPS",
     "OBJECT_STATE_DIM",
@@ -32,10 +34,12 @@ __all__ = [
     "RGB_STATE_DIM",
     "STANDARD_SUITES",
     "SUITES",
+    "LiberoPickPlaceExpert",
     "LiberoTask",
     "LiberoVecEnv",
     "init_states",
     "libero_spec",
     "pool_problems",
+    "scripted_expert",
     "suite_tasks",
 ]
