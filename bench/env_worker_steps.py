@@ -118,12 +118,15 @@ def _random_server() -> type:
             self.dim, self.chunks = action_dim, chunks
             self.rng = np.random.default_rng(0)
 
-        def serve(self, env_group: str) -> int:
-            served = 0
+        def serve(self, env_group: str, stages: int) -> int:
+            served, ended = 0, 0
             while True:
                 msg = self.recv(env_group, 0, timeout=600)
                 if msg.get("end"):
-                    return served
+                    ended += 1
+                    if ended == stages:
+                        return served
+                    continue
                 obs = msg["obs"]
                 n = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
                 zeros = np.zeros((n, 1), np.float32)
@@ -153,6 +156,13 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=100, help="steps per env per timed segment")
     parser.add_argument("--chunk", type=int, default=1)
+    parser.add_argument(
+        "--stages",
+        type=int,
+        default=1,
+        help="pipeline stages of the env worker (rollout.pipeline_stage_num): with 2, one half of the envs steps "
+        "while the other half's observations are with the rollout",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--env-kwargs", default="{}", help="JSON: extra VecEnvConfig fields (e.g. task ids)")
     args = parser.parse_args()
@@ -193,9 +203,9 @@ def main() -> None:
             raw = RAW[args.env_type](args.env_id, args.num_envs, mode, None if mode == "state" else size)
             raw(5)  # warm-up (first renders compile shaders)
             tag = mode.replace("+", "_")
-            env = EnvWorker.create_group(cfg, AlgorithmConfig(), 1, num_action_chunks=args.chunk).launch(
-                cluster, PackedPlacementStrategy(0, 0), name=f"env_{tag}"
-            )
+            env = EnvWorker.create_group(
+                cfg, AlgorithmConfig(), args.stages, num_action_chunks=args.chunk
+            ).launch(cluster, PackedPlacementStrategy(0, 0), name=f"env_{tag}")
             spec = env.get_spec().wait(timeout=600)[0]
             server = (
                 _random_server()
@@ -206,7 +216,7 @@ def main() -> None:
             raw_rates: list[float] = []
             for rep in range(args.repeats + 1):  # the first worker segment warms up and is not counted
                 base = raw(args.steps)
-                serve = server.serve(f"env_{tag}")
+                serve = server.serve(f"env_{tag}", args.stages)
                 start = time.perf_counter()
                 env.interact(f"srv_{tag}", None, 0).wait(timeout=3600)
                 elapsed = time.perf_counter() - start
@@ -219,6 +229,8 @@ def main() -> None:
                 "env": f"{args.env_type}:{args.env_id}",
                 "obs_mode": mode,
                 "num_envs": args.num_envs,
+                "chunk": args.chunk,
+                "stages": args.stages,
                 "raw_env_steps_per_s": round(statistics.median(raw_rates), 1),
                 "worker_env_steps_per_s": round(statistics.median(worker_rates), 1),
                 "ratio": round(
