@@ -84,12 +84,12 @@ def test_env_and_rollout_exchange_a_trajectory(cluster: Any, stages: int, rollou
         eval=VecEnvConfig(
             env_id="CartPole-v1",
             total_num_envs=4,
-            max_steps_per_rollout_epoch=50,
-            max_episode_steps=20,
+            max_steps_per_rollout_epoch=300,
+            max_episode_steps=300,
             auto_reset=False,
         ),
     )
-    alg = AlgorithmConfig(gamma=0.5, rollout_epoch=2)
+    alg = AlgorithmConfig(gamma=0.5, rollout_epoch=2, eval_rollout_epoch=stages)
     env = EnvWorker.create_group(cfg, alg, stages, rollout_world_size=rollout_ws).launch(
         cluster, PackedPlacementStrategy(0, 0), name=f"env{tag}"
     )
@@ -139,8 +139,10 @@ def test_env_and_rollout_exchange_a_trajectory(cluster: Any, stages: int, rollou
     serve = rollout.generate(f"env{tag}", "eval")
     result = env.evaluate(f"rollout{tag}").wait(timeout=120)[0]
     serve.wait(timeout=60)
-    # One episode per eval env (no auto-reset), each ended by failure or the 20-step limit.
-    assert len(result["returns"]) == 4 and all(0 < r <= 20 for r in result["returns"])
+    # One episode per eval env and round (no auto-reset), each ended by failure or the time limit.
+    assert len(result["returns"]) == 4 * stages and all(0 < r <= 300 for r in result["returns"])
+    if stages == 2:  # the second round starts from the next seeds: other initial states, other episodes
+        assert sorted(result["lengths"][:4]) != sorted(result["lengths"][4:])
     channel.shutdown()
     for group in (env, rollout, source):
         group.shutdown()

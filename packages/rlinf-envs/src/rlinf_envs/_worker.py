@@ -176,14 +176,18 @@ class EnvWorker(Worker):
         return stats.as_dict() | {"env_steps": steps}
 
     def evaluate(self, rollout_group: str, video_dir: str | None = None) -> dict[str, Any]:
-        """One evaluation of ``env.eval`` envs from a fixed seed with deterministic actions.
+        """``algorithm.eval_rollout_epoch`` rounds of ``env.eval`` envs from fixed seeds, deterministic actions.
 
-        It runs until every env's episode ended or ``env.eval.max_steps_per_rollout_epoch`` steps passed.
+        Each round resets every env and runs until every env's episode ended or
+        ``env.eval.max_steps_per_rollout_epoch`` steps passed. Round ``k`` resets from the seeds after those of
+        round ``k - 1`` (``env.eval.seed + k * total_num_envs / group_size`` for the first group), so rounds see
+        new initial states: with LIBERO's ``init_state_sampling: sequential`` they walk through the
+        (task, initial state) pairs in order.
 
         Args:
             rollout_group: the rollout group answering the observations.
             video_dir: with ``env.eval.video_cfg.save_video``: where this rank writes the MP4 files of its first
-                ``video_cfg.num_envs`` envs (first stage), one per episode.
+                ``video_cfg.num_envs`` envs (first stage), one per episode, in every round.
 
         Returns:
             The finished episodes' ``returns``, ``lengths``, ``successes``, ``successes_at_end``, ``tasks``
@@ -193,10 +197,27 @@ class EnvWorker(Worker):
         if self._eval is None:
             self._eval = [make_vec_env(cfg, self.n_eval) for _ in range(self.stages)]
         peers = self._peers(self.n_eval)
-        obs = [env.reset(seed=self._seed(cfg, s, self.n_eval)) for s, env in enumerate(self._eval)]
-        finished = [np.zeros(self.n_eval, dtype=bool) for _ in range(self.stages)]
         stats = EpisodeStats()
-        videos = self._videos(video_dir, obs[0])
+        files: list[str] = []
+        for round_ in range(self.algorithm.eval_rollout_epoch):
+            files += self._eval_round(rollout_group, peers, round_, stats, video_dir)
+        self._send_end(rollout_group, peers)
+        return stats.as_dict() | {"videos": files}
+
+    def _eval_round(
+        self,
+        rollout_group: str,
+        peers: list[tuple[int, int, int]],
+        round_: int,
+        stats: EpisodeStats,
+        video_dir: str | None,
+    ) -> list[str]:
+        cfg = self.cfg.eval
+        assert self._eval is not None
+        offset = round_ * (cfg.total_num_envs // cfg.group_size)
+        obs = [env.reset(seed=self._seed(cfg, s, self.n_eval) + offset) for s, env in enumerate(self._eval)]
+        finished = [np.zeros(self.n_eval, dtype=bool) for _ in range(self.stages)]
+        videos = self._videos(video_dir, obs[0], round_)
         for s in range(self.stages):
             self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
         t_chunks = cfg.max_steps_per_rollout_epoch // self.chunks
@@ -215,18 +236,19 @@ class EnvWorker(Worker):
                 break
             for s in range(self.stages):
                 self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
-        self._send_end(rollout_group, peers)
-        if videos is not None:
-            videos.close()
-        return stats.as_dict() | {"videos": [] if videos is None else videos.files}
+        if videos is None:
+            return []
+        videos.close()
+        return list(videos.files)
 
-    def _videos(self, video_dir: str | None, obs: NpObs) -> EpisodeVideos | None:
+    def _videos(self, video_dir: str | None, obs: NpObs, round_: int) -> EpisodeVideos | None:
         video = self.cfg.eval.video_cfg
         if not video.save_video or video_dir is None:
             return None
         assert self._eval is not None
         count = min(video.num_envs, self.n_eval)
-        videos = EpisodeVideos(video, video_dir, f"rank{self.rank}", count)
+        prefix = f"rank{self.rank}" if round_ == 0 else f"rank{self.rank}_round{round_}"
+        videos = EpisodeVideos(video, video_dir, prefix, count)
         with self.timer("video_frames"):
             videos.add(frames_of(self._eval[0], obs, video.source, count))
         return videos

@@ -53,6 +53,10 @@ class AlgorithmConfig:
     ``utd_ratio`` is set)."""
     rollout_epoch: int = attrs.field(default=1, validator=v.ge(1))
     """Rollouts collected (and concatenated) per training step."""
+    eval_rollout_epoch: int = attrs.field(default=1, validator=v.ge(1))
+    """Rounds per evaluation: each resets every ``env.eval`` env from the next seeds and runs one episode per env
+    (``total_num_envs * eval_rollout_epoch`` episodes; with ``init_state_sampling: sequential`` the rounds walk
+    through a LIBERO suite's (task, initial state) pairs)."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
     """Envs per GRPO group (sharing initial states)."""
     normalize_advantages: bool = True
