@@ -69,6 +69,10 @@ class PolicyConfig:
     """Widths of each Q head's hidden layers (``null``: ``hidden_sizes``)."""
     q_layer_norm: bool = False
     """LayerNorm after each hidden layer of the Q heads (RLPD)."""
+    imitation_loss: Literal["mse", "nll"] = "mse"
+    """Supervised fine-tuning of a Gaussian policy (``imitation_loss``): ``mse`` regresses the mean (the
+    deterministic action) on the demonstrated actions, ``nll`` maximises their log-likelihood (trains the std
+    too). Discrete actions always use the negative log-likelihood (cross-entropy)."""
     model_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
     """Pretrained weights a fresh run starts from: a checkpoint directory (``.../global_step_<N>``, as the
     embodied and SFT runners write it) or its ``actor/model.pt``. A resume (``runner.resume_dir``) takes
