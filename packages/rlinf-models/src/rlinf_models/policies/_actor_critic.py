@@ -169,7 +169,8 @@ class ActorCritic(nn.Module):
         else:
             per_step = (dist.mean - actions).pow(2).mean(-1)
         weights = mask.to(per_step.dtype)
-        return (per_step * weights).sum() / weights.sum().clamp(min=1.0)
+        loss: torch.Tensor = (per_step * weights).sum() / weights.sum().clamp(min=1.0)
+        return loss
 
     def forward(
         self, obs: TensorObs, actions: torch.Tensor
