@@ -36,6 +36,8 @@ class AppRunner(Protocol):
 
     def run(self) -> RunResult: ...
 
+    def sync_weights(self) -> None: ...
+
     def evaluate(self) -> dict[str, float]: ...
 
     def evaluate_checkpoint(self, path: str | Path) -> dict[str, float]: ...
@@ -335,6 +337,7 @@ def run_app(
         groups = app.launch(cfg, cluster, worker_classes=worker_classes)
         runner = app.build_runner(cfg, cluster, groups, on_step=on_step)
         if checkpoint == "none":
+            runner.sync_weights()  # the rollout evaluates the actor's weights (e.g. actor.model.model_path)
             return runner.evaluate()
         if checkpoint is not None:
             return runner.evaluate_checkpoint(checkpoint)
