@@ -154,3 +154,36 @@ def test_dagger_without_its_expert_fails_before_ray_naming_the_command(
         app.load_config(path, [f"actor.expert.checkpoint={tmp_path / 'nothing'}"])
     text = str(err.value)
     assert "actor.expert.checkpoint: no expert weights at" in text and "maniskill_pushcube_ppo" in text
+
+
+def test_a_missing_model_path_fails_at_config_load(app: EmbodiedApp, tmp_path: Path) -> None:
+    path = APP_DIR / "config" / "cartpole_ppo.yaml"
+    with pytest.raises(
+        ConfigError, match=r"actor\.model\.model_path: no policy weights at .*actor/model\.pt"
+    ):
+        app.load_config(path, [f"actor.model.model_path={tmp_path / 'global_step_9'}"])
+    weights = tmp_path / "global_step_9" / "actor" / "model.pt"
+    weights.parent.mkdir(parents=True)
+    weights.touch()  # only its presence is checked at config load
+    assert app.load_config(path, [f"actor.model.model_path={weights.parent.parent}"]).actor.model.model_path
+
+
+def test_a_checkpoint_check_ignores_where_the_initial_weights_came_from(
+    app: EmbodiedApp, tmp_path: Path
+) -> None:
+    import json
+
+    from rlinf_core.config import unstructure_config
+
+    path = APP_DIR / "config" / "cartpole_ppo.yaml"
+    weights = tmp_path / "sft" / "model.pt"
+    weights.parent.mkdir()
+    weights.touch()
+    started = app.load_config(path, [f"actor.model.model_path={weights}"])
+    checkpoint = tmp_path / "global_step_2"
+    checkpoint.mkdir()
+    meta = {"global_step": 2, "config": unstructure_config(started)}
+    (checkpoint / "meta.json").write_text(json.dumps(meta))
+    app.check_checkpoint(app.load_config(path), checkpoint)  # no model_path now: same shapes
+    with pytest.raises(ConfigError, match=r"actor\.model: the checkpoint"):
+        app.check_checkpoint(app.load_config(path, ["actor.model.hidden_sizes=[8]"]), checkpoint)

@@ -80,11 +80,11 @@ def test_expert_spec_and_loading_errors_name_the_field(tmp_path: Path) -> None:
         expert_spec(SPEC, ExpertConfig(checkpoint="x", obs_key="goal"))
     with pytest.raises(ValueError, match=r"actor\.expert\.checkpoint: give"):
         ExpertConfig()
-    with pytest.raises(FileNotFoundError, match=r"actor\.expert\.checkpoint: no expert weights"):
+    with pytest.raises(FileNotFoundError, match=r"actor\.expert\.checkpoint: no policy weights"):
         build_expert(SPEC, ExpertConfig(checkpoint=str(tmp_path / "missing")))
     path = _expert_file(tmp_path)
     wrong = ExpertConfig(model=PolicyConfig(hidden_sizes=(8,)), checkpoint=str(path))
-    with pytest.raises(RuntimeError, match=r"do not fit actor\.expert\.model"):
+    with pytest.raises(ValueError, match=r"actor\.expert\.checkpoint: .* shapes differ: actor_body"):
         build_expert(SPEC, wrong)
 
 

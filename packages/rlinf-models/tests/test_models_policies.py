@@ -78,3 +78,45 @@ def test_configs_import_without_torch() -> None:
         "from rlinf_models.policies import build_policy; assert 'torch' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _masked_reference(per_step: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    total, count = torch.zeros(()), 0
+    for b in range(per_step.shape[0]):
+        for c in range(per_step.shape[1]):
+            if mask[b, c]:
+                total = total + per_step[b, c]
+                count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("kind", ["mse", "nll"])
+def test_imitation_loss_is_the_masked_mean_over_real_steps(kind: str) -> None:
+    torch.manual_seed(0)
+    policy = build_policy(
+        CONTINUOUS, PolicyConfig(num_action_chunks=3, hidden_sizes=(8,), imitation_loss=kind)
+    )  # type: ignore[arg-type]
+    obs, actions = torch.randn(4, 5), torch.randn(4, 3, 2)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    dist = policy.distribution(obs)
+    per_step = (dist.mean - actions).pow(2).mean(-1) if kind == "mse" else -dist.log_prob(actions).sum(-1)
+    loss = policy.imitation_loss(obs, actions, mask)
+    torch.testing.assert_close(loss, _masked_reference(per_step, mask))
+    padded = actions.clone()
+    padded[1, 2] = padded[2, 1:] = 100.0  # padding never counts
+    torch.testing.assert_close(policy.imitation_loss(obs, padded, mask), loss)
+    loss.backward()
+    assert policy.log_std is not None and (policy.log_std.grad is not None) == (kind == "nll")
+
+
+def test_imitation_loss_discrete_and_shape_errors() -> None:
+    torch.manual_seed(0)
+    policy = build_policy(DISCRETE, PolicyConfig(num_action_chunks=2, hidden_sizes=(8,)))
+    obs = torch.randn(3, 4)
+    actions = torch.tensor([[0, 2], [1, 1], [2, 0]]).unsqueeze(-1)
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    logits = policy.distribution(obs).logits
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, 3), actions.reshape(-1))
+    torch.testing.assert_close(policy.imitation_loss(obs, actions.float(), mask), want)
+    with pytest.raises(ValueError, match=r"actions must be \[B, 2, 1\]"):
+        policy.imitation_loss(obs, actions[:, :1], mask)

@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .policies import PolicyConfig
+from .policies._config import checkpoint_weights_file
 
 __all__ = ["EmbodiedActorConfig", "ExpertConfig", "OptimConfig"]
 
@@ -68,11 +69,14 @@ class ExpertConfig:
     def __attrs_post_init__(self) -> None:
         if not self.checkpoint:
             raise ValueError("actor.expert.checkpoint: give the expert's checkpoint directory or model.pt")
+        if self.model.model_path is not None:
+            raise ValueError(
+                "actor.expert.model.model_path: the expert's weights come from actor.expert.checkpoint; drop it"
+            )
 
     def weights_file(self) -> Path:
         """The expert's ``model.pt``."""
-        path = Path(self.checkpoint)
-        return path if path.suffix == ".pt" else path / "actor" / "model.pt"
+        return checkpoint_weights_file(self.checkpoint)
 
 
 @attrs.frozen(kw_only=True)

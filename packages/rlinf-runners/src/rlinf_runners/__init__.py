@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._llm import LLMRunner, SFTConfig
     from ._offpolicy import OffPolicyRunner
     from ._reasoning import REASONING_ADV_TYPES, ReasoningRunner
+    from ._sft import EmbodiedSFTRunner, SFTSamples
 
 __version__ = _version("rlinf-runners")
 
@@ -46,6 +47,8 @@ __getattr__ = lazy_exports(
         "SFTConfig": "._llm",
         "REASONING_ADV_TYPES": "._reasoning",
         "ReasoningRunner": "._reasoning",
+        "EmbodiedSFTRunner": "._sft",
+        "SFTSamples": "._sft",
     },
 )
 
@@ -60,6 +63,7 @@ __all__ = [
     "AsyncOffPolicyRunner",
     "EmbodiedRunner",
     "EmbodiedRunnerConfig",
+    "EmbodiedSFTRunner",
     "EnvRunner",
     "LLMRunner",
     "LoggerConfig",
@@ -69,6 +73,7 @@ __all__ = [
     "Runner",
     "RunnerConfig",
     "SFTConfig",
+    "SFTSamples",
     "StepCallback",
     "TurnRewardConfig",
     "__version__",

@@ -7,7 +7,12 @@ from rlinf_core import lazy_exports
 from ._types import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES, REQUIRED_BATCH_KEYS
 
 if TYPE_CHECKING:
-    from ._actor_worker import CHECKPOINT_SUBDIR, EmbodiedActorWorker, gather_trajectories
+    from ._actor_worker import (
+        CHECKPOINT_SUBDIR,
+        EmbodiedActorWorker,
+        gather_trajectories,
+        init_from_model_path,
+    )
     from ._trainer import STALENESS_BINS, EmbodiedPPOTrainer, staleness_counts
 
 __all__ = [
@@ -19,6 +24,7 @@ __all__ = [
     "EmbodiedActorWorker",
     "EmbodiedPPOTrainer",
     "gather_trajectories",
+    "init_from_model_path",
     "staleness_counts",
 ]
 
@@ -33,5 +39,6 @@ __getattr__ = lazy_exports(
         "STALENESS_BINS": "._trainer",
         "staleness_counts": "._trainer",
         "gather_trajectories": "._actor_worker",
+        "init_from_model_path": "._actor_worker",
     },
 )

@@ -42,10 +42,10 @@ from .._fsdp import (
     shard_module,
 )
 from ..actor import resumed_schedule_total
-from ..policies import build_policy
+from ..policies import build_policy, checkpoint_weights_file, load_policy_weights
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer, staleness_counts
 
-__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories"]
+__all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories", "init_from_model_path"]
 
 CHECKPOINT_SUBDIR = "actor"
 """Directory inside a checkpoint (``global_step_<N>/actor/``) holding the actor's files."""
@@ -132,6 +132,23 @@ def gather_trajectories(
     return _concat_messages(messages)
 
 
+def init_from_model_path(worker: Worker, policy: nn.Module, model_path: str | None) -> None:
+    """Load ``actor.model.model_path`` into a freshly built, unsharded ``policy`` (nothing when ``None``).
+
+    What the file lacks keeps its fresh initialisation and what the policy lacks is ignored; rank 0 logs both.
+
+    Raises:
+        FileNotFoundError, ValueError: naming ``actor.model.model_path`` (see :func:`load_policy_weights`).
+    """
+    if model_path is None:
+        return
+    loaded = load_policy_weights(
+        policy, checkpoint_weights_file(model_path), field="actor.model.model_path", strict=False
+    )
+    if worker.rank == 0:
+        worker.log_info("actor.model.model_path: initialised the policy with %s", loaded.summary())
+
+
 class EmbodiedActorWorker(Worker):
     """Trains the embodied actor-critic with :class:`EmbodiedPPOTrainer`; FSDP2 over ranks when there are several.
 
@@ -168,6 +185,7 @@ class EmbodiedActorWorker(Worker):
         self.distributed = self.world_size > 1
         torch.manual_seed(actor.seed)  # identical initial weights on every rank
         policy: nn.Module = build_policy(spec, actor.model).to(self.device)
+        init_from_model_path(self, policy, actor.model.model_path)
         if self.distributed:
             mesh = init_distributed(self.device)
             policy = shard_module(policy, mesh, cpu_offload=actor.enable_offload)

@@ -34,7 +34,7 @@ from .._fsdp import (
     select_device,
     shard_module,
 )
-from ..embodied import gather_trajectories, staleness_counts
+from ..embodied import gather_trajectories, init_from_model_path, staleness_counts
 from ..policies import SquashedGaussianPolicy
 from ._dagger import DAggerTrainer
 from ._trainer import SACTrainer
@@ -80,6 +80,8 @@ class OffPolicyActorWorker(Worker):
         self.device = select_device()
         torch.manual_seed(actor.seed)  # identical weights and noise on every rank
         self.policy = SquashedGaussianPolicy(spec, actor.model).to(self.device)
+        # Before the trainer is built: its target networks and optimizers start from these weights.
+        init_from_model_path(self, self.policy, actor.model.model_path)
         shard = None
         if self.world_size > 1:
             mesh = init_distributed(self.device)

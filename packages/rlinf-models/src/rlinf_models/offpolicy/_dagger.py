@@ -25,6 +25,7 @@ from .._config import EmbodiedActorConfig, ExpertConfig
 from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
 from ..policies import ActorCritic, SquashedGaussianPolicy, build_inference_policy
 from ..policies._encoders import TensorObs
+from ..policies._weights import load_policy_weights
 from ._buffer import ReplayBuffer
 from ._trainer import _augmented_keys, shift_images
 
@@ -65,20 +66,11 @@ def build_expert(
 
     Raises:
         FileNotFoundError: naming ``actor.expert.checkpoint`` when the weights are not there.
-        RuntimeError: when they do not fit ``actor.expert.model`` (the architecture of the expert's run).
+        ValueError: naming the entries when they do not fit ``actor.expert.model`` (the architecture of the
+            expert's run).
     """
-    path = expert.weights_file()
-    if not path.is_file():
-        raise FileNotFoundError(f"actor.expert.checkpoint: no expert weights at {path}")
     policy = build_inference_policy(expert_spec(spec, expert), expert.model)
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    try:
-        policy.load_state_dict(state)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"actor.expert: the weights at {path} do not fit actor.expert.model (give the actor.model of the run "
-            f"that trained the expert): {e}"
-        ) from e
+    load_policy_weights(policy, expert.weights_file(), field="actor.expert.checkpoint", strict=True)
     policy.to(device or torch.device("cpu")).eval()
     return policy
 

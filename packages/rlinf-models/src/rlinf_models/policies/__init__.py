@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING
 
 from rlinf_core import lazy_exports
 
-from ._config import PolicyConfig
+from ._config import PolicyConfig, checkpoint_weights_file
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput, build_policy
     from ._factory import build_inference_policy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
+    from ._weights import LoadedWeights, load_policy_weights
 
 # The modules pull in torch: loaded on first use, so that the configs (read by the driver before Ray starts
 # the workers) stay light.
@@ -26,16 +27,21 @@ __getattr__ = lazy_exports(
         "BatchRenorm1d": "._sac",
         "QEnsemble": "._sac",
         "SquashedGaussianPolicy": "._sac",
+        "LoadedWeights": "._weights",
+        "load_policy_weights": "._weights",
     },
 )
 
 __all__ = [
     "ActorCritic",
     "BatchRenorm1d",
+    "LoadedWeights",
     "PolicyConfig",
     "PolicyOutput",
     "QEnsemble",
     "SquashedGaussianPolicy",
     "build_inference_policy",
     "build_policy",
+    "checkpoint_weights_file",
+    "load_policy_weights",
 ]

@@ -139,6 +139,39 @@ class ActorCritic(nn.Module):
         entropy = dist.entropy()  # type: ignore[no-untyped-call]  # idem
         return self._per_dim(logprobs), self._per_dim(entropy), self.value(obs)
 
+    def imitation_loss(self, obs: TensorObs, actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The behaviour-cloning loss of demonstrated action chunks (a scalar), averaged over the real steps.
+
+        Continuous actions: with ``imitation_loss: mse`` the squared error of the mean (the deterministic
+        action), averaged over the action dimensions; with ``nll`` the negative log-likelihood summed over the
+        dimensions. Discrete actions: the negative log-likelihood (cross-entropy) of the demonstrated action.
+
+        Args:
+            obs: ``[B, *obs_shape]`` (or a dict of such).
+            actions: ``[B, C, action_dim]`` demonstrated actions (``C = num_action_chunks``; discrete: the
+                action index, float or int, with ``action_dim = 1``).
+            mask: ``[B, C]``: true (or 1) for real steps, false for the padding past an episode's end.
+
+        Raises:
+            ValueError: when the shapes do not fit ``[B, C, action_dim]`` and ``[B, C]``.
+        """
+        chunks, dim = self.config.num_action_chunks, self.spec.action_dim
+        if actions.dim() != 3 or actions.shape[1:] != (chunks, dim) or mask.shape != actions.shape[:2]:
+            raise ValueError(
+                f"imitation_loss: actions must be [B, {chunks}, {dim}] and mask [B, {chunks}]; got "
+                f"{tuple(actions.shape)} and {tuple(mask.shape)}"
+            )
+        dist = self.distribution(obs)
+        if isinstance(dist, Categorical):
+            per_step = -dist.log_prob(actions[..., 0].long())  # type: ignore[no-untyped-call]  # unannotated
+        elif self.config.imitation_loss == "nll":
+            per_step = -dist.log_prob(actions).sum(-1)  # type: ignore[no-untyped-call]  # idem
+        else:
+            per_step = (dist.mean - actions).pow(2).mean(-1)
+        weights = mask.to(per_step.dtype)
+        loss: torch.Tensor = (per_step * weights).sum() / weights.sum().clamp(min=1.0)
+        return loss
+
     def forward(
         self, obs: TensorObs, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

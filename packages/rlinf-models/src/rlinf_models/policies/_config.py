@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
 
-__all__ = ["PolicyConfig"]
+__all__ = ["PolicyConfig", "checkpoint_weights_file"]
+
+
+def checkpoint_weights_file(path: str | Path) -> Path:
+    """The policy weights of a checkpoint: ``path`` itself when it names a ``.pt`` file, else ``<path>/actor/model.pt``.
+
+    ``path`` is a ``global_step_<N>`` directory as the embodied runners (and the SFT runner) write it, or its
+    ``actor/model.pt``.
+    """
+    p = Path(path)
+    return p if p.suffix == ".pt" else p / "actor" / "model.pt"
+
+
+def _non_empty_or_none(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise ValueError(f"'{attr.name}' must be a checkpoint path or null, got an empty string")
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -53,6 +69,15 @@ class PolicyConfig:
     """Widths of each Q head's hidden layers (``null``: ``hidden_sizes``)."""
     q_layer_norm: bool = False
     """LayerNorm after each hidden layer of the Q heads (RLPD)."""
+    imitation_loss: Literal["mse", "nll"] = "mse"
+    """Supervised fine-tuning of a Gaussian policy (``imitation_loss``): ``mse`` regresses the mean (the
+    deterministic action) on the demonstrated actions, ``nll`` maximises their log-likelihood (trains the std
+    too). Discrete actions always use the negative log-likelihood (cross-entropy)."""
+    model_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
+    """Pretrained weights a fresh run starts from: a checkpoint directory (``.../global_step_<N>``, as the
+    embodied and SFT runners write it) or its ``actor/model.pt``. A resume (``runner.resume_dir``) takes
+    precedence. Shapes must match this architecture; heads the file lacks (e.g. the value head of an SFT
+    checkpoint) keep their fresh initialisation and entries this policy lacks are ignored (both logged)."""
 
     def __attrs_post_init__(self) -> None:
         if self.add_q_head and self.add_value_head:

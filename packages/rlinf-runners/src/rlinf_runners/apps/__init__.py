@@ -14,10 +14,14 @@ from typing import Any
 
 from ._agent import AgentApp, AgentConfig
 from ._app import App, AppRunner, OnStep, WorkerClasses, resolve_checkpoint, run_app
+from ._collect import SCRIPTED_EXPERTS
+from ._collect import main as collect
 from ._demos import main as make_demos
 from ._embodied import EmbodiedApp, EmbodiedConfig
 from ._llm import LLMApp
 from ._reasoning import ReasoningApp, ReasoningConfig
+from ._sft import EmbodiedSFTConfig, SFTDataConfig, run_sft
+from ._sft import main as sft
 
 APPS: dict[str, type[App[Any]]] = {
     "embodied": EmbodiedApp,
@@ -28,18 +32,24 @@ APPS: dict[str, type[App[Any]]] = {
 
 __all__ = [
     "APPS",
+    "SCRIPTED_EXPERTS",
     "AgentApp",
     "AgentConfig",
     "App",
     "AppRunner",
     "EmbodiedApp",
     "EmbodiedConfig",
+    "EmbodiedSFTConfig",
     "LLMApp",
     "OnStep",
     "ReasoningApp",
     "ReasoningConfig",
+    "SFTDataConfig",
     "WorkerClasses",
+    "collect",
     "make_demos",
     "resolve_checkpoint",
     "run_app",
+    "run_sft",
+    "sft",
 ]

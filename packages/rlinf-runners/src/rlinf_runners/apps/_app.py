@@ -36,6 +36,8 @@ class AppRunner(Protocol):
 
     def run(self) -> RunResult: ...
 
+    def sync_weights(self) -> None: ...
+
     def evaluate(self) -> dict[str, float]: ...
 
     def evaluate_checkpoint(self, path: str | Path) -> dict[str, float]: ...
@@ -73,6 +75,9 @@ class App(abc.ABC, Generic[C]):
     checkpoint_keys: ClassVar[tuple[str, ...]] = ()
     """Dotted config paths that fix the shapes of what a checkpoint holds: a resume or an evaluation of a
     checkpoint saved with other values is refused before Ray starts (see :meth:`check_checkpoint`)."""
+    checkpoint_ignored_keys: ClassVar[tuple[str, ...]] = ()
+    """Dotted paths inside :attr:`checkpoint_keys` that do not fix shapes (e.g. where a fresh run's initial
+    weights came from): left out of the comparison."""
 
     def __init__(self, app_dir: str | Path | None = None) -> None:
         self.app_dir = Path.cwd() if app_dir is None else Path(app_dir).resolve()
@@ -129,7 +134,10 @@ class App(abc.ABC, Generic[C]):
         given = unstructure_config(cfg)
         problems = []
         for key in self.checkpoint_keys:
-            old, new = _lookup(saved, key), _lookup(given, key)
+            old, new = (
+                _lookup(saved, key, self.checkpoint_ignored_keys),
+                _lookup(given, key, self.checkpoint_ignored_keys),
+            )
             if old is not _MISSING and old != new:
                 problems.append(
                     f"{key}: the checkpoint {checkpoint} was saved with {old!r}, this config has {new!r}; "
@@ -214,14 +222,23 @@ class App(abc.ABC, Generic[C]):
 _MISSING = object()
 
 
-def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+def _lookup(tree: Mapping[str, Any], dotted: str, ignored: Sequence[str] = ()) -> Any:
     node: Any = tree
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
             return _MISSING
         node = node[part]
     # JSON has no tuples: compare sequences as lists
-    return json.loads(json.dumps(node, default=str))
+    value = json.loads(json.dumps(node, default=str))
+    for path in ignored:
+        if path.startswith(f"{dotted}."):
+            *parents, last = path.removeprefix(f"{dotted}.").split(".")
+            inner = value
+            for part in parents:
+                inner = inner.get(part) if isinstance(inner, dict) else None
+            if isinstance(inner, dict):
+                inner.pop(last, None)
+    return value
 
 
 def _preload(app: App[C], cfg: C) -> None:
@@ -320,6 +337,7 @@ def run_app(
         groups = app.launch(cfg, cluster, worker_classes=worker_classes)
         runner = app.build_runner(cfg, cluster, groups, on_step=on_step)
         if checkpoint == "none":
+            runner.sync_weights()  # the rollout evaluates the actor's weights (e.g. actor.model.model_path)
             return runner.evaluate()
         if checkpoint is not None:
             return runner.evaluate_checkpoint(checkpoint)

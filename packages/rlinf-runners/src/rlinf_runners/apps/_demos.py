@@ -68,22 +68,16 @@ def collect(
         The kept transitions (``obs``, ``actions``, ``rewards``, ``terminations``, ``next_obs`` as tensors with a
         leading transition dimension) and each episode's success, in the order they ended.
     """
-    import attrs
     import numpy as np
     import torch
     from rlinf_core.protocols import obs_index, obs_map, obs_stack
-    from rlinf_envs import make_vec_env, prepare_process_env
-    from rlinf_envs.maniskill import ManiSkillVecEnv, scripted_expert
     from rlinf_models.offpolicy import TRANSITION_KEYS
 
-    split = cfg.env.train
-    if split.env_type != "maniskill":
-        raise ValueError(f"scripted experts drive ManiSkill tasks; env.train.env_type is {split.env_type!r}")
-    expert = scripted_expert(split.env_id, split.control_mode)
-    prepare_process_env(cfg.env)
+    from ._collect import expert_env, scripted_expert_for
+
+    expert = scripted_expert_for(cfg.env.train)
     # In-process envs: the expert reads each task env's state between steps.
-    env = make_vec_env(attrs.evolve(split, vector_mode="sync"), num_envs)
-    assert isinstance(env, ManiSkillVecEnv)  # env_type maniskill
+    env = expert_env(cfg, num_envs)
     chunks = cfg.actor.model.num_action_chunks
     running: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
     kept: list[dict[str, Any]] = []

@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from rlinf_core.checkpoint import resolve_resume_dir
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
 from rlinf_envs import (
     EnvConfig,
@@ -21,6 +23,7 @@ from rlinf_envs import (
 )
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
+from rlinf_models.policies import checkpoint_weights_file
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
@@ -111,6 +114,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         "env.train.env_id",
         "env.train.control_mode",
     )
+    checkpoint_ignored_keys = ("actor.model.model_path",)
 
     def world_sizes(self, cfg: EmbodiedConfig, cluster: Cluster | None = None) -> dict[str, int] | None:
         """Processes per component: from ``cluster``, or on paper for simulated slots (else ``None``).
@@ -139,7 +143,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         Raises:
             ConfigError: listing every problem with its dotted path.
         """
-        problems = env_config_problems(cfg.env)
+        problems = env_config_problems(cfg.env) + self._model_path_problems(cfg)
         try:
             ws = world_sizes or self.world_sizes(cfg)
         except ValueError as e:
@@ -194,6 +198,18 @@ class EmbodiedApp(App[EmbodiedConfig]):
             problems += _check_ranks(cfg, ws, samples)
         if problems:
             raise ConfigError(problems, "the embodied config")
+
+    def _model_path_problems(self, cfg: EmbodiedConfig) -> list[str]:
+        model_path = cfg.actor.model.model_path
+        if model_path is None:
+            return []
+        weights = checkpoint_weights_file(self.resolve_data_path(model_path))
+        if weights.is_file():
+            return []
+        return [
+            f"actor.model.model_path: no policy weights at {weights} (give a global_step_<N> checkpoint "
+            "directory, as train.py and sft.py write them, or its actor/model.pt)"
+        ]
 
     def prepare_process_env(self, cfg: EmbodiedConfig) -> None:
         """The simulators' process environment (e.g. ManiSkill's Vulkan driver), before the cluster starts."""
@@ -278,12 +294,29 @@ class EmbodiedApp(App[EmbodiedConfig]):
         return {"actor": actor, "rollout": rollout, "env": env}
 
     def _actor_config(self, cfg: EmbodiedConfig) -> EmbodiedActorConfig:
-        """``cfg.actor`` with the DAgger expert's checkpoint resolved like the data paths (absolute, for workers)."""
-        expert = cfg.actor.expert
+        """``cfg.actor`` with its paths resolved like the data paths (absolute, for the workers).
+
+        ``actor.model.model_path`` is dropped when the run resumes: the checkpoint's weights take precedence.
+        """
+        actor = cfg.actor
+        model_path = actor.model.model_path
+        if model_path is not None:
+            if resolve_resume_dir(cfg.runner.resume_dir, cfg.runner.logger.log_path) is not None:
+                warnings.warn(
+                    f"actor.model.model_path {model_path} is not loaded: the run resumes from its checkpoint "
+                    "(runner.resume_dir), whose weights take precedence",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                model_path = None
+            else:
+                model_path = str(self.resolve_data_path(model_path).resolve())
+            actor = attrs.evolve(actor, model=attrs.evolve(actor.model, model_path=model_path))
+        expert = actor.expert
         if expert is None:
-            return cfg.actor
+            return actor
         path = str(self.resolve_data_path(expert.checkpoint).resolve())
-        return attrs.evolve(cfg.actor, expert=attrs.evolve(expert, checkpoint=path))
+        return attrs.evolve(actor, expert=attrs.evolve(expert, checkpoint=path))
 
     def _actor_algorithm(self, cfg: EmbodiedConfig) -> AlgorithmConfig:
         """``cfg.algorithm`` with the demo buffer's path resolved like the data paths (absolute, for the actor)."""

@@ -1,0 +1,87 @@
+"""``load_policy_weights``: pretrained weights into a freshly built policy (``actor.model.model_path``, DAgger's expert)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+__all__ = ["LoadedWeights", "load_policy_weights"]
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """What :func:`load_policy_weights` did.
+
+    Attributes:
+        path: the file read.
+        loaded: the state-dict entries taken from the file.
+        kept: the policy's entries the file lacks (they keep their fresh initialisation).
+        ignored: the file's entries the policy lacks (not used).
+    """
+
+    path: Path
+    loaded: tuple[str, ...]
+    kept: tuple[str, ...]
+    ignored: tuple[str, ...]
+
+    def summary(self) -> str:
+        """One line for the log: counts, and the modules kept fresh or ignored (by their first name component)."""
+        text = f"{len(self.loaded)} tensors from {self.path}"
+        if self.kept:
+            text += f"; kept their fresh initialisation (not in the file): {_modules(self.kept)}"
+        if self.ignored:
+            text += f"; ignored (not in this policy): {_modules(self.ignored)}"
+        return text
+
+
+def _modules(keys: tuple[str, ...]) -> str:
+    return ", ".join(dict.fromkeys(k.split(".")[0] for k in keys))
+
+
+def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bool) -> LoadedWeights:
+    """Load a ``model.pt`` (a full state dict, as the actor workers save it) into an unsharded ``policy``.
+
+    Args:
+        policy: the freshly built policy (not yet sharded); loaded in place.
+        path: the state-dict file.
+        field: the config key that named the file (in the error messages).
+        strict: refuse entries missing on either side (an expert must be complete); otherwise the policy's
+            entries the file lacks keep their initialisation and the file's extra entries are ignored.
+
+    Raises:
+        FileNotFoundError: naming ``field`` when there is no file at ``path``.
+        ValueError: naming ``field`` and the mismatched entries when shapes differ, when nothing matches, or
+            (``strict``) when entries are missing on either side.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{field}: no policy weights at {path}")
+    state: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)
+    own = policy.state_dict()
+    mismatched = [
+        f"{k} {tuple(state[k].shape)} in the file, {tuple(v.shape)} here"
+        for k, v in own.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f"{field}: the weights at {path} do not fit the configured architecture (give the model config "
+            f"of the run that wrote them); parameter shapes differ: {'; '.join(mismatched)}"
+        )
+    loaded = tuple(k for k in own if k in state)
+    kept = tuple(k for k in own if k not in state)
+    ignored = tuple(k for k in state if k not in own)
+    if not loaded:
+        raise ValueError(
+            f"{field}: none of the {len(state)} entries of {path} belongs to the configured policy "
+            f"(it has {list(state)[:6]}...; the policy has {list(own)[:6]}...)"
+        )
+    if strict and (kept or ignored):
+        raise ValueError(
+            f"{field}: the weights at {path} do not fit the configured architecture: missing {list(kept)}, "
+            f"unexpected {list(ignored)}"
+        )
+    policy.load_state_dict({k: state[k] for k in loaded}, strict=False)
+    return LoadedWeights(path, loaded, kept, ignored)
