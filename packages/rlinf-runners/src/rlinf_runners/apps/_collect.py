@@ -1,7 +1,8 @@
 """Record episodes into a LeRobot dataset: the command behind ``apps/embodied/collect.py``.
 
 ``uv run apps/embodied/collect.py [--config-name NAME | --config PATH] (--checkpoint DIR | --expert) --out DIR``
-``[--episodes N] [--only-success] [--num-envs E] [--seed S] [--sample] [--fps F] [--task TEXT] key=value ...``
+``[--episodes N] [--only-success] [--num-envs E] [--seed S] [--sample] [--action-noise STD] [--fps F]``
+``[--task TEXT] key=value ...``
 
 The actions come from (a) a policy checkpoint (``--checkpoint``: a ``global_step_<N>`` directory of any
 embodied run of the config's ``actor.model``, or its ``actor/model.pt``; its mean / most likely action, or
@@ -35,8 +36,15 @@ def _maniskill_expert(env_id: str, control_mode: str | None) -> Callable[[Any], 
     return scripted_expert(env_id, control_mode)
 
 
+def _libero_expert(env_id: str, control_mode: str | None) -> Callable[[Any], np.ndarray]:
+    from rlinf_envs.libero import scripted_expert
+
+    return scripted_expert(env_id, control_mode)
+
+
 SCRIPTED_EXPERTS: dict[str, Callable[[str, str | None], Callable[[Any], np.ndarray]]] = {
     "maniskill": _maniskill_expert,
+    "libero": _libero_expert,
 }
 """Scripted experts per ``env_type``: ``(env_id, control_mode) -> expert``; ``expert(task_env)`` is the action
 of one env (read from ``env.task_envs()``) for its next step."""
@@ -62,7 +70,8 @@ def expert_env(cfg: Any, num_envs: int, *, auto_reset: bool | None = None) -> An
     from rlinf_envs import make_vec_env, prepare_process_env
 
     prepare_process_env(cfg.env)
-    split = attrs.evolve(cfg.env.train, vector_mode="sync")
+    # Recording needs no GRPO groups: every env starts its own episodes.
+    split = attrs.evolve(cfg.env.train, vector_mode="sync", group_size=1)
     if auto_reset is not None:
         split = attrs.evolve(split, auto_reset=auto_reset)
     return make_vec_env(split, num_envs)
@@ -77,6 +86,7 @@ def record_episodes(
     seed: int,
     only_success: bool,
     on_episode: Callable[[int, float, bool | None], None] | None = None,
+    perturb: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[list[dict[str, Any]], list[bool | None]]:
     """Step ``env`` one control step at a time until ``episodes`` episodes have ended.
 
@@ -88,6 +98,8 @@ def record_episodes(
         seed: reset seed (env ``i`` starts with ``seed + i``).
         only_success: keep only the solved episodes.
         on_episode: called with ``(episodes ended, return, success)`` after each episode.
+        perturb: changes the actions before the env executes them (DART's noise injection); the episodes keep
+            the unperturbed ones, the labels a learner should imitate in the states the perturbation led to.
 
     Returns:
         The kept episodes (``obs``: the per-step observations as a list, ``action``, ``reward``, and ``task``:
@@ -111,7 +123,7 @@ def record_episodes(
             plan, k = np.asarray(choose(obs)), 0
         actions = plan[:, k : k + 1]
         k += 1
-        res = env.chunk_step(actions)
+        res = env.chunk_step(actions if perturb is None else perturb(actions))
         for i in range(n):
             running[i]["obs"].append(obs_index(obs, i))
             running[i]["action"].append(actions[i, 0])
@@ -156,6 +168,20 @@ def _policy_chooser(cfg: Any, spec: Any, checkpoint: Path, *, sample: bool) -> C
     return choose
 
 
+def _noise(spec: Any, std: float, seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Gaussian action noise of ``std``, clipped to the spec's action bounds (continuous actions only)."""
+    if spec.action_low is None or spec.action_high is None:
+        raise ValueError("--action-noise needs continuous actions with bounds")
+    rng = np.random.default_rng(seed)
+    low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+
+    def perturb(actions: np.ndarray) -> np.ndarray:
+        noisy = actions + rng.normal(0.0, std, actions.shape)
+        return np.clip(noisy, low, high).astype(actions.dtype)
+
+    return perturb
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="collect.py", description=__doc__.split("\n")[0])
     where = parser.add_mutually_exclusive_group()
@@ -172,6 +198,13 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--sample", action="store_true", help="sample the policy's actions (default: its mode)"
     )
+    parser.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        help="std of Gaussian noise added to the executed actions (clipped to the action bounds); the dataset "
+        "stores the actions without it (DART)",
+    )
     parser.add_argument("--fps", type=int, default=10, help="frames per second stored in the dataset")
     parser.add_argument("--task", help="the task string of the episodes (default: env.train.env_id)")
     args, rest = parser.parse_known_args(argv)
@@ -180,6 +213,8 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (config overrides look like key.sub=value)")
     if args.episodes < 1 or args.num_envs < 1 or args.fps < 1:
         parser.error("--episodes, --num-envs and --fps must be >= 1")
+    if args.action_noise < 0:
+        parser.error("--action-noise must be >= 0")
     return args, rest
 
 
@@ -206,11 +241,11 @@ def main(argv: list[str], *, app_dir: Path) -> int:
     try:
         choose: Callable[[Any], np.ndarray]
         if expert is not None:
-            tasks = env.task_envs()
             chunks = 1
 
             def choose_expert(_obs: Any) -> np.ndarray:
-                return np.stack([expert(task) for task in tasks])[:, None]
+                # Asked each step: a backend may build an env's task only at its first reset, or rebuild it.
+                return np.stack([expert(task) for task in env.task_envs()])[:, None]
 
             choose = choose_expert
         else:
@@ -236,6 +271,7 @@ def main(argv: list[str], *, app_dir: Path) -> int:
             seed=args.seed,
             only_success=args.only_success,
             on_episode=progress,
+            perturb=_noise(spec, args.action_noise, args.seed) if args.action_noise > 0 else None,
         )
     except ValueError as e:
         print(e, file=sys.stderr)
