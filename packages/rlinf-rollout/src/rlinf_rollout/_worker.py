@@ -41,8 +41,9 @@ class EmbodiedRolloutWorker(Worker):
     Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
     :meth:`sync_model_from_actor`). Per stage, the rollout rank gathers the observation slices of its env peers
     (``peer_slices``), runs one batched forward and sends each peer its rows of ``actions``, ``logprobs``
-    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version) and, when asked,
-    ``final_values`` ``[n, 1]``. In asynchronous runs the weights come from a channel instead, taken between
+    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version), ``forward_inputs`` (a dict of
+    ``[n, ...]`` arrays, or ``None``: what the policy's training forward needs besides observation and actions, e.g.
+    the flow policy's denoising chain) and, when asked, ``final_values`` ``[n, 1]``. In asynchronous runs the weights come from a channel instead, taken between
     two inference calls (see :meth:`generate`).
 
     Args:
@@ -225,7 +226,7 @@ class EmbodiedRolloutWorker(Worker):
         if expert.shape[1] != actions.shape[1]:  # a one-step expert: its action for the whole chunk
             expert = expert[:, :1].expand(-1, actions.shape[1], -1)
         actions[take] = expert.to(actions.dtype)
-        return PolicyOutput(actions, out.logprobs, out.values)
+        return PolicyOutput(actions, out.logprobs, out.values, out.forward_inputs)
 
     @torch.no_grad()
     def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
@@ -256,6 +257,9 @@ class EmbodiedRolloutWorker(Worker):
                     "values": out.values[sl].numpy(),
                     "versions": np.full(size, self.version, dtype=np.int64),
                     "final_values": None if final_values is None else final_values[sl].numpy(),
+                    "forward_inputs": None
+                    if out.forward_inputs is None
+                    else {k: v[sl].numpy() for k, v in out.forward_inputs.items()},
                 }
             )
             start += size
