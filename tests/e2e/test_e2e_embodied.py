@@ -226,18 +226,26 @@ def test_resume_after_the_driver_is_sigkilled_is_bit_identical(
 # ------------------------------------------------------------------------------------------- flow policy
 
 
-@pytest.mark.parametrize("method", ["flow_sde", "flow_noise"])
+FLOW_PLACEMENTS = {
+    # Two rollout ranks answer each env rank: their replies' chains are concatenated.
+    "flow_sde": "cluster.component_placement={actor: 0, rollout: 1-2, env: 3}",
+    # Two actor ranks (FSDP2): the velocity network runs once per denoising step inside one training forward.
+    "flow_noise": "cluster.component_placement={actor: 0-1, rollout: 2, env: 3}",
+}
+
+
+@pytest.mark.parametrize("method", list(FLOW_PLACEMENTS))
 def test_flow_policy_trains_with_its_denoising_chains(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, method: str
 ) -> None:
-    """Pendulum with the flow policy, 2 rollout ranks and 2 pipeline stages: the chains of every reply reach the
-    actor (its log-probs need them; without them the update raises) and the update starts on-policy."""
+    """Pendulum with the flow policy and 2 pipeline stages: the chains of every reply reach the actor (its
+    log-probs need them; without them the update raises) and the update starts on-policy."""
     overrides = [
         *SMALL,
         "cluster.simulated_accelerators_per_node=4",
         f"runner.logger.log_path={tmp_path}",
         "runner.save_interval=-1",
-        "cluster.component_placement={actor: 0, rollout: 1-2, env: 3}",
+        FLOW_PLACEMENTS[method],
         "rollout.pipeline_stage_num=2",
         "actor.model.model_type=flow",
         "actor.model.num_action_chunks=2",

@@ -190,6 +190,9 @@ def test_deterministic_act_is_the_ode_from_zero_noise() -> None:
     obs = torch.randn(8, 5)
     a, b = policy.act(obs, deterministic=True), policy.act(obs, deterministic=True)
     assert torch.equal(a.actions, b.actions) and torch.count_nonzero(a.logprobs) == 0
+    assert a.forward_inputs is not None and not bool(a.forward_inputs["denoise_mask"].any())
+    logprobs, entropy, _ = policy.evaluate(obs, a.actions, a.forward_inputs)
+    assert torch.count_nonzero(logprobs) == 0 and torch.count_nonzero(entropy) == 0
     sampled = policy.act(obs, generator=torch.Generator().manual_seed(0))
     assert not torch.equal(sampled.actions, a.actions)
 

@@ -186,7 +186,8 @@ def sample_chain(
         cond: passed to ``field`` unchanged.
         noise: ``[B, C, D]`` the initial point ``x_0``.
         num_steps: ``K``.
-        noise_method: ``flow_ode`` ignores ``denoise_mask`` (every step deterministic, log-probs 0).
+        noise_method: ``flow_ode`` ignores ``denoise_mask``: every step is deterministic, the log-probs are 0 and
+            the returned mask is all false.
         noise_level: Flow-SDE's ``a``.
         denoise_mask: ``[B, K]`` the stochastic steps (:func:`select_denoise_steps`; default: all). A row's
             other steps take the ODE mean.
@@ -196,7 +197,9 @@ def sample_chain(
         The chain, its end and its log-probability.
     """
     b = noise.shape[0]
-    if denoise_mask is None:
+    if noise_method == "flow_ode":
+        denoise_mask = torch.zeros(b, num_steps, dtype=torch.bool, device=noise.device)
+    elif denoise_mask is None:
         denoise_mask = torch.ones(b, num_steps, dtype=torch.bool, device=noise.device)
     times = timesteps(num_steps, dtype=noise.dtype, device=noise.device)
     x = noise
@@ -248,10 +251,11 @@ def chain_log_prob(
 
     Returns:
         ``(logprobs, entropy)``, both ``[B, C, D]``: the sum over the stochastic steps of the transition
-        log-densities of ``chain[:, k + 1]``, and the mean over them of the transition entropies.
+        log-densities of ``chain[:, k + 1]``, and the mean over them of the transition entropies (both 0 for a
+        row without stochastic steps, e.g. a chain sampled deterministically).
     """
     if noise_method == "flow_ode":
-        raise ValueError("an ODE chain has no density: use noise_method 'flow_sde' or 'flow_noise'")
+        raise ValueError("the ODE has no density: use noise_method 'flow_sde' or 'flow_noise'")
     b, k_plus_1 = chain.shape[:2]
     num_steps = k_plus_1 - 1
     mask = denoise_mask.bool()

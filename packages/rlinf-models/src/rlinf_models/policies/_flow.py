@@ -124,7 +124,8 @@ class FlowPolicy(nn.Module):
     ) -> PolicyOutput:
         """Sample action chunks ``[N, C, D]`` for ``obs``, with their chain log-probs ``[N, C, D]`` and the chain.
 
-        ``deterministic``: the ODE from zero noise (the image of the noise distribution's mode; log-probs 0).
+        ``deterministic``: the ODE from zero noise (the image of the noise distribution's mode). Its chain has no
+        stochastic step: log-probs 0, at rollout and in :meth:`evaluate`.
         """
         features = self._features(obs)
         n = features.shape[0]
