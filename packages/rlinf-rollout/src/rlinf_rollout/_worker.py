@@ -41,10 +41,11 @@ class EmbodiedRolloutWorker(Worker):
     Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
     :meth:`sync_model_from_actor`). Per stage, the rollout rank gathers the observation slices of its env peers
     (``peer_slices``), runs one batched forward and sends each peer its rows of ``actions``, ``logprobs``
-    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version), ``forward_inputs`` (a dict of
-    ``[n, ...]`` arrays, or ``None``: what the policy's training forward needs besides observation and actions, e.g.
-    the flow policy's denoising chain) and, when asked, ``final_values`` ``[n, 1]``. In asynchronous runs the weights come from a channel instead, taken between
-    two inference calls (see :meth:`generate`).
+    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version), ``forward_inputs`` (a dict
+    of ``[n, ...]`` arrays that the policy's training forward needs besides observation and actions, e.g. the flow
+    policy's denoising chain; ``None`` for the other policies) and, when asked, ``final_values`` ``[n, 1]``. In
+    asynchronous runs the weights come from a channel instead, taken between two inference calls (see
+    :meth:`generate`).
 
     Args:
         cfg: the ``rollout`` config.
@@ -226,7 +227,7 @@ class EmbodiedRolloutWorker(Worker):
         if expert.shape[1] != actions.shape[1]:  # a one-step expert: its action for the whole chunk
             expert = expert[:, :1].expand(-1, actions.shape[1], -1)
         actions[take] = expert.to(actions.dtype)
-        return PolicyOutput(actions, out.logprobs, out.values, out.forward_inputs)
+        return PolicyOutput(actions, out.logprobs, out.values)
 
     @torch.no_grad()
     def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
