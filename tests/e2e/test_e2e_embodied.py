@@ -221,3 +221,45 @@ def test_resume_after_the_driver_is_sigkilled_is_bit_identical(
     assert _metrics_by_step(tmp_path / "metrics.jsonl", range(3, 5)) == _metrics_by_step(
         ref / "metrics.jsonl", range(3, 5)
     )
+
+
+# ------------------------------------------------------------------------------------------- flow policy
+
+
+FLOW_PLACEMENTS = {
+    # Two rollout ranks answer each env rank: their replies' chains are concatenated.
+    "flow_sde": "cluster.component_placement={actor: 0, rollout: 1-2, env: 3}",
+    # Two actor ranks (FSDP2): the velocity network runs once per denoising step inside one training forward.
+    "flow_noise": "cluster.component_placement={actor: 0-1, rollout: 2, env: 3}",
+}
+
+
+@pytest.mark.parametrize("method", ["flow_sde", pytest.param("flow_noise", marks=pytest.mark.slow)])
+def test_flow_policy_trains_with_its_denoising_chains(
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, method: str
+) -> None:
+    """Pendulum with the flow policy and 2 pipeline stages: the chains of every reply reach the actor (its
+    log-probs need them; without them the update raises) and the update starts on-policy."""
+    overrides = [
+        *SMALL,
+        "cluster.simulated_accelerators_per_node=4",
+        f"runner.logger.log_path={tmp_path}",
+        "runner.save_interval=-1",
+        FLOW_PLACEMENTS[method],
+        "rollout.pipeline_stage_num=2",
+        "actor.model.model_type=flow",
+        "actor.model.num_action_chunks=2",
+        f"actor.model.noise_method={method}",
+        "algorithm.update_epoch=1",
+        "actor.global_batch_size=16",
+        "actor.micro_batch_size=8",
+    ]
+    cfg = app.load_config(APP_DIR / "config" / "pendulum_ppo.yaml", overrides)
+    result = run_app(app, cfg, cluster=cluster)
+    assert result.global_step == 2
+    train = [r for r in read_metrics(result.metrics_file) if "train/actor/total_loss" in r]
+    assert len(train) == 2
+    # One mini-batch per update: it is on-policy, so the log-probs the actor recomputes from the chains must
+    # equal the rollout's (ratio 1, nothing clipped).
+    for r in train:
+        assert abs(r["train/actor/approx_kl"]) < 1e-5 and r["train/actor/clip_fraction"] == 0, r

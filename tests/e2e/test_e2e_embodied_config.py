@@ -122,6 +122,15 @@ def test_cross_field_problems_are_listed_with_their_paths(app: EmbodiedApp) -> N
         assert fragment in text
 
 
+def test_flow_policy_on_discrete_actions_is_refused_at_load(app: EmbodiedApp) -> None:
+    with pytest.raises(
+        ConfigError, match=r"actor\.model\.model_type 'flow' needs continuous actions.*CartPole-v1"
+    ):
+        app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", ["actor.model.model_type=flow"])
+    with pytest.raises(ConfigError, match="add_q_head"):
+        app.load_config(APP_DIR / "config" / "pendulum_sac.yaml", ["actor.model.model_type=flow"])
+
+
 def test_placement_without_a_component_is_an_error(app: EmbodiedApp) -> None:
     with pytest.raises(ConfigError, match=r"no placement for \['env'\]"):
         app.load_config(

@@ -153,7 +153,8 @@ class EnvWorker(Worker):
         its first env) and ``rollout_epoch``. Layout: ``obs [T, E, *obs]``, ``actions [T, E, C(, D)]``,
         ``rewards [T, E, C]``, ``dones [T+1, E, C]`` (row 0: before the first step), ``prev_logprobs
         [T, E, C*D]``, ``prev_values [T+1, E, 1]`` (row T: value of the final observation), ``versions [T, E]``
-        (int64: the version of the weights that chose each chunk's actions).
+        (int64: the version of the weights that chose each chunk's actions) and, when the rollout's replies carry
+        them, ``forward_inputs`` (a dict of ``[T, E, ...]`` tensors for the policy's training forward).
 
         Returns:
             Episode statistics of the episodes that ended (:meth:`EpisodeStats.as_dict`) and ``env_steps`` (env
@@ -339,6 +340,7 @@ class EnvWorker(Worker):
                     "logprobs",
                     "values",
                     "versions",
+                    "forward_inputs",
                     "next_obs",
                     "terms",
                 )
@@ -373,6 +375,8 @@ class EnvWorker(Worker):
                 rec[s]["actions"].append(np.asarray(reply["actions"]))
                 rec[s]["logprobs"].append(np.asarray(reply["logprobs"], dtype=np.float32))
                 rec[s]["versions"].append(np.asarray(reply["versions"], dtype=np.int64).reshape(-1))
+                if reply.get("forward_inputs") is not None:
+                    rec[s]["forward_inputs"].append(reply["forward_inputs"])
                 with self.timer("env_step"):
                     res = stage.env.chunk_step(actions)
                 stats.extend(res.episodes)
@@ -395,22 +399,7 @@ class EnvWorker(Worker):
                     boot[s] = need.astype(np.float32)
                     final_obs = res.final_obs
                 self._send_obs(rollout_group, peers, s, stage.obs, final_obs, deterministic=False)
-        parts = [
-            {
-                "obs": obs_map(torch.from_numpy, obs_stack(r["obs"])),
-                "actions": torch.from_numpy(np.stack(r["actions"])),
-                "rewards": torch.from_numpy(np.stack(r["rewards"])),
-                "dones": torch.from_numpy(np.stack(r["dones"])),
-                "prev_logprobs": torch.from_numpy(np.stack(r["logprobs"])),
-                "prev_values": torch.from_numpy(np.stack(r["values"])),
-                "versions": torch.from_numpy(np.stack(r["versions"])),
-            }
-            for r in rec
-        ]
-        if self.collect_transitions:
-            for part, r in zip(parts, rec, strict=True):
-                part["next_obs"] = obs_map(torch.from_numpy, obs_stack(r["next_obs"]))
-                part["terminations"] = torch.from_numpy(np.stack(r["terms"]))
+        parts = [_stack_record(r, transitions=self.collect_transitions) for r in rec]
         traj = {k: obs_concat([p[k] for p in parts], axis=1) for k in parts[0]}
         if not self.cfg.train.auto_reset:
             # Steps after an env's episode ended are padding: mask them out of the loss (RLinf compute_loss_mask).
@@ -458,6 +447,8 @@ class EnvWorker(Worker):
         for key in ("actions", "logprobs", "values", "versions", "final_values"):
             vals = [r.get(key) for r in replies]
             out[key] = None if any(v is None for v in vals) else np.concatenate([np.asarray(v) for v in vals])
+        extras = [r.get("forward_inputs") for r in replies]
+        out["forward_inputs"] = None if any(v is None for v in extras) else obs_concat(extras)
         return out
 
     def _send_end(self, rollout_group: str, peers: list[tuple[int, int, int]]) -> None:
@@ -471,6 +462,25 @@ class EnvWorker(Worker):
             stage.env.close()
         for env in self._eval or []:
             env.close()
+
+
+def _stack_record(r: dict[str, list[Any]], *, transitions: bool) -> dict[str, Any]:
+    """One stage's recorded steps as ``[T, E_stage, ...]`` tensors, in the trajectory's key names."""
+    part: dict[str, Any] = {
+        "obs": obs_map(torch.from_numpy, obs_stack(r["obs"])),
+        "actions": torch.from_numpy(np.stack(r["actions"])),
+        "rewards": torch.from_numpy(np.stack(r["rewards"])),
+        "dones": torch.from_numpy(np.stack(r["dones"])),
+        "prev_logprobs": torch.from_numpy(np.stack(r["logprobs"])),
+        "prev_values": torch.from_numpy(np.stack(r["values"])),
+        "versions": torch.from_numpy(np.stack(r["versions"])),
+    }
+    if r["forward_inputs"]:
+        part["forward_inputs"] = obs_map(torch.from_numpy, obs_stack(r["forward_inputs"]))
+    if transitions:
+        part["next_obs"] = obs_map(torch.from_numpy, obs_stack(r["next_obs"]))
+        part["terminations"] = torch.from_numpy(np.stack(r["terms"]))
+    return part
 
 
 _RESEED_STRIDE = 1_000_003

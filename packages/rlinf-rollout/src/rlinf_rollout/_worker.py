@@ -41,9 +41,11 @@ class EmbodiedRolloutWorker(Worker):
     Weights arrive from actor rank 0 by ``broadcast`` as ``{"version": int, "state_dict": ...}`` (see
     :meth:`sync_model_from_actor`). Per stage, the rollout rank gathers the observation slices of its env peers
     (``peer_slices``), runs one batched forward and sends each peer its rows of ``actions``, ``logprobs``
-    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version) and, when asked,
-    ``final_values`` ``[n, 1]``. In asynchronous runs the weights come from a channel instead, taken between
-    two inference calls (see :meth:`generate`).
+    ``[n, C*D]``, ``values`` ``[n, 1]``, ``versions`` ``[n]`` (the weights' version), ``forward_inputs`` (a dict
+    of ``[n, ...]`` arrays that the policy's training forward needs besides observation and actions, e.g. the flow
+    policy's denoising chain; ``None`` for the other policies) and, when asked, ``final_values`` ``[n, 1]``. In
+    asynchronous runs the weights come from a channel instead, taken between two inference calls (see
+    :meth:`generate`).
 
     Args:
         cfg: the ``rollout`` config.
@@ -256,6 +258,9 @@ class EmbodiedRolloutWorker(Worker):
                     "values": out.values[sl].numpy(),
                     "versions": np.full(size, self.version, dtype=np.int64),
                     "final_values": None if final_values is None else final_values[sl].numpy(),
+                    "forward_inputs": None
+                    if out.forward_inputs is None
+                    else {k: v[sl].numpy() for k, v in out.forward_inputs.items()},
                 }
             )
             start += size

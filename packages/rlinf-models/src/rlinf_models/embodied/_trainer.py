@@ -5,6 +5,8 @@ The rollout batch is time-major, as the env workers produce it:
 - ``obs [T, E, *obs_shape]``, ``actions [T, E, C]`` (discrete) or ``[T, E, C, D]`` (continuous)
 - ``rewards [T, E, C]`` float32, ``dones [T+1, E, C]`` bool (row 0: state before the first step)
 - ``prev_logprobs [T, E, C*D]`` from the rollout policy, ``prev_values [T+1, E, 1]`` (row T: bootstrap value)
+- optionally ``forward_inputs``: a dict of ``[T, E, ...]`` tensors the policy's training forward takes as a third
+  argument (the flow policy's denoising chains, ``PolicyOutput.forward_inputs``)
 
 Advantages come from ``rlinf_algos.calculate_adv_and_returns`` and the loss from ``rlinf_algos.policy_loss``
 with RLinf's keyword names, so any registered advantage or loss works here unchanged.
@@ -261,9 +263,14 @@ class EmbodiedPPOTrainer:
             was_training = self.policy.training
             self.policy.eval()
             parts = []
+            extra = batch.get("forward_inputs")
+            extra = None if extra is None else _rows(extra, n)
             for lo in range(0, n, self.actor.micro_batch_size):
                 hi = min(n, lo + self.actor.micro_batch_size)
-                logprobs, _, _ = self.policy(obs_index(obs, slice(lo, hi)), actions[lo:hi])
+                rows = slice(lo, hi)
+                logprobs, _, _ = self._forward(
+                    obs_index(obs, rows), actions[rows], None if extra is None else obs_index(extra, rows)
+                )
                 parts.append(logprobs.reshape(hi - lo, -1).float())
             self.policy.train(was_training)
             recomputed = torch.cat(parts).reshape(prev.shape)
@@ -287,6 +294,8 @@ class EmbodiedPPOTrainer:
         for key in ("loss_mask", "loss_mask_sum"):
             if batch.get(key) is not None:
                 flat[key] = batch[key].reshape(n, -1)
+        if batch.get("forward_inputs") is not None:
+            flat["forward_inputs"] = _rows(batch["forward_inputs"], n)
         if "proximal_logprobs" in batch:
             flat["proximal_logprobs"] = batch["proximal_logprobs"].reshape(n, -1).float()
             flat["versions"] = batch["versions"].reshape(n)
@@ -334,10 +343,20 @@ class EmbodiedPPOTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"] * scale
 
+    def _forward(
+        self, obs: Any, actions: torch.Tensor, forward_inputs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The policy's training forward; ``forward_inputs`` (the rollout's extra per-sample tensors) when any."""
+        if forward_inputs is None:
+            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = self.policy(obs, actions)
+        else:
+            out = self.policy(obs, actions, forward_inputs)
+        return out
+
     def _micro_batch_loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         alg = self.algorithm
         n = mb["actions"].shape[0]
-        logprobs, entropy, values = self.policy(mb["obs"], mb["actions"])
+        logprobs, entropy, values = self._forward(mb["obs"], mb["actions"], mb.get("forward_inputs"))
         loss_kwargs: dict[str, Any] = {
             "task_type": "embodied",
             "loss_type": alg.loss_type,

@@ -23,7 +23,7 @@ from rlinf_core.protocols import EnvSpec, ObsSpec, obs_index, obs_len, obs_map
 
 from .._config import EmbodiedActorConfig, ExpertConfig
 from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
-from ..policies import ActorCritic, SquashedGaussianPolicy, build_inference_policy
+from ..policies import ActorCritic, FlowPolicy, SquashedGaussianPolicy, build_inference_policy
 from ..policies._encoders import TensorObs
 from ..policies._weights import load_policy_weights
 from ._buffer import ReplayBuffer
@@ -61,7 +61,7 @@ def expert_spec(spec: EnvSpec, expert: ExpertConfig) -> EnvSpec:
 
 def build_expert(
     spec: EnvSpec, expert: ExpertConfig, device: torch.device | None = None
-) -> ActorCritic | SquashedGaussianPolicy:
+) -> ActorCritic | FlowPolicy | SquashedGaussianPolicy:
     """The expert policy with its checkpoint's weights, in eval mode (``act(obs, deterministic=True)``).
 
     Raises:

@@ -1,6 +1,6 @@
-"""Policies: MLP and CNN actor-critics, and the off-policy tanh-Gaussian policy with its Q-head ensemble.
+"""Policies: actor-critics, the flow-matching policy, the off-policy tanh-Gaussian policy with its Q heads.
 
-The actor-critics cover discrete and continuous actions, action chunks and a value head.
+The MLP and CNN actor-critics cover discrete and continuous actions, action chunks and a value head.
 """
 
 from typing import TYPE_CHECKING
@@ -10,8 +10,9 @@ from rlinf_core import lazy_exports
 from ._config import PolicyConfig, checkpoint_weights_file
 
 if TYPE_CHECKING:
-    from ._actor_critic import ActorCritic, PolicyOutput, build_policy
-    from ._factory import build_inference_policy
+    from ._actor_critic import ActorCritic, PolicyOutput
+    from ._factory import build_inference_policy, build_policy
+    from ._flow import FlowPolicy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
     from ._weights import LoadedWeights, load_policy_weights
 
@@ -22,7 +23,8 @@ __getattr__ = lazy_exports(
     {
         "ActorCritic": "._actor_critic",
         "PolicyOutput": "._actor_critic",
-        "build_policy": "._actor_critic",
+        "build_policy": "._factory",
+        "FlowPolicy": "._flow",
         "build_inference_policy": "._factory",
         "BatchRenorm1d": "._sac",
         "QEnsemble": "._sac",
@@ -35,6 +37,7 @@ __getattr__ = lazy_exports(
 __all__ = [
     "ActorCritic",
     "BatchRenorm1d",
+    "FlowPolicy",
     "LoadedWeights",
     "PolicyConfig",
     "PolicyOutput",

@@ -19,7 +19,6 @@ __all__ = [
     "PolicyConfig",
     "PolicyOutput",
     "build_encoder",
-    "build_policy",
     "mlp",
 ]
 
@@ -36,11 +35,14 @@ class PolicyOutput:
         actions: ``[N, C]`` int64 (discrete) or ``[N, C, D]`` float32 (continuous).
         logprobs: ``[N, C, D]`` per-dimension log-probabilities (``D = 1`` for discrete).
         values: ``[N, 1]`` state values (zeros without a value head).
+        forward_inputs: per-row tensors ``[N, ...]`` the training forward needs besides the observation and the
+            actions (the flow policy's denoising chain); they travel with the rollout batch to the actor.
     """
 
     actions: torch.Tensor
     logprobs: torch.Tensor
     values: torch.Tensor
+    forward_inputs: dict[str, torch.Tensor] | None = None
 
 
 def _layer(inp: int, out: int, gain: float, ortho: bool) -> nn.Linear:
@@ -177,8 +179,3 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Same as :meth:`evaluate` (so FSDP wraps the training forward)."""
         return self.evaluate(obs, actions)
-
-
-def build_policy(spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> ActorCritic:
-    """Build the actor-critic policy described by ``config`` for an environment with ``spec``."""
-    return ActorCritic(spec, config)

@@ -35,9 +35,11 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 class PolicyConfig:
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn", "resnet"] = "mlp"
+    model_type: Literal["mlp", "cnn", "resnet", "flow"] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
-    ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated."""
+    ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
+    ``flow``: the flow-matching policy over vectors (an MLP velocity field; docs/flow_policy.md), for
+    continuous actions and on-policy losses."""
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
@@ -60,6 +62,22 @@ class PolicyConfig:
     """Initial log standard deviation of continuous actions (state-independent)."""
     ortho_init: bool = True
     """Orthogonal initialisation as in CleanRL / SB3 PPO."""
+    denoising_steps: int = attrs.field(default=4, validator=v.ge(1))
+    """``flow``: Euler steps from noise to an action chunk."""
+    noise_method: Literal["flow_sde", "flow_noise"] = "flow_sde"
+    """``flow``: how training rollouts explore and what the log-probability is. ``flow_sde`` (πRL's Flow-SDE): the
+    ODE turned into an SDE with the same marginals, stochastic steps of std ``noise_level·sqrt(t/(1-t))·sqrt(δ)``;
+    ``flow_noise`` (πRL's Flow-Noise): the ODE steps plus Gaussian noise whose std a learned noise head predicts."""
+    noise_level: float = attrs.field(default=0.5, validator=v.gt(0))
+    """``flow_sde``: the noise level ``a`` scaling the SDE's diffusion (larger: more exploration)."""
+    noise_logvar_range: tuple[float, float] = (0.08, 0.16)
+    """``flow_noise``: ``[min_std, max_std]`` of the learned noise head's standard deviation (RLinf's key name)."""
+    joint_logprob: bool | None = None
+    """``flow``: ``true``: every denoising step is stochastic and the log-probability is the whole chain's;
+    ``false``: one step per sample, drawn at random, is (πRL's hybrid ODE-SDE sampling). ``null``: ``false`` for
+    ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
+    time_embed_dim: int = attrs.field(default=16, validator=v.ge(2))
+    """``flow``: width of the sinusoidal embedding of the denoising time (even)."""
     add_q_head: bool = False
     """Off-policy actor-critic (``algorithm.loss_type: embodied_sac``): a tanh-Gaussian policy with a state-dependent
     std, scaled to the action bounds, plus Q heads that only the actor trains; needs ``add_value_head: false``."""
@@ -79,7 +97,25 @@ class PolicyConfig:
     precedence. Shapes must match this architecture; heads the file lacks (e.g. the value head of an SFT
     checkpoint) keep their fresh initialisation and entries this policy lacks are ignored (both logged)."""
 
+    @property
+    def flow_joint_logprob(self) -> bool:
+        """``joint_logprob`` with ``null`` resolved by ``noise_method``."""
+        return self.noise_method == "flow_noise" if self.joint_logprob is None else self.joint_logprob
+
     def __attrs_post_init__(self) -> None:
+        if self.model_type == "flow" and self.add_q_head:
+            raise ValueError(
+                "model_type 'flow' is trained on-policy (PPO/GRPO) and has no Q heads: set add_q_head: false"
+            )
+        low, high = self.noise_logvar_range
+        if not 0 < low <= high:
+            raise ValueError(
+                f"noise_logvar_range must be [min_std, max_std] with 0 < min <= max, got {[low, high]}"
+            )
+        if self.time_embed_dim % 2:
+            raise ValueError(
+                f"time_embed_dim must be even (sine and cosine halves), got {self.time_embed_dim}"
+            )
         if self.add_q_head and self.add_value_head:
             raise ValueError("add_q_head and add_value_head exclude each other: set add_value_head: false")
         if self.q_hidden_sizes is not None and (

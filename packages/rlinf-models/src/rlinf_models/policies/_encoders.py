@@ -126,7 +126,7 @@ class ObsEncoder(nn.Module):
 
     Args:
         spec: the env's observation layout.
-        config: ``actor.model``: ``model_type`` (``mlp`` for vectors only; ``cnn``/``resnet`` for images),
+        config: ``actor.model``: ``model_type`` (``mlp`` and ``flow`` for vectors only; ``cnn``/``resnet`` for images),
             ``obs_keys`` (the dict entries the policy sees), ``image_feature_dim``.
 
     Raises:
@@ -155,13 +155,14 @@ class ObsEncoder(nn.Module):
         odd = {k: s.shape for k, s in vectors.items() if len(s.shape) != 1}
         if odd:
             raise ValueError(f"observation entries must be vectors [D] or images [H, W, C], got {odd}")
-        if images and config.model_type == "mlp":
+        vector_only = config.model_type in ("mlp", "flow")
+        if images and vector_only:
             raise ValueError(
-                f"actor.model.model_type 'mlp' cannot encode images {sorted(images)} "
+                f"actor.model.model_type {config.model_type!r} cannot encode images {sorted(images)} "
                 f"(shapes {[list(s.shape) for s in images.values()]}); choose 'cnn' or 'resnet'"
                 + (", or leave the images out with actor.model.obs_keys" if self.is_dict else "")
             )
-        if not images and config.model_type != "mlp":
+        if not images and not vector_only:
             raise ValueError(
                 f"actor.model.model_type {config.model_type!r} needs image observations [H, W, C]; the policy sees "
                 f"vectors only ({ {k: list(s.shape) for k, s in vectors.items()} }): choose 'mlp'"

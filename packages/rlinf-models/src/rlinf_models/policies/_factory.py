@@ -1,4 +1,4 @@
-"""``build_inference_policy``: the policy class a rollout runs, chosen by ``actor.model``."""
+"""``build_policy`` / ``build_inference_policy``: the policy class chosen by ``actor.model``."""
 
 from __future__ import annotations
 
@@ -6,17 +6,29 @@ from rlinf_core.protocols import EnvSpec
 
 from ._actor_critic import ActorCritic
 from ._config import PolicyConfig
+from ._flow import FlowPolicy
 from ._sac import SquashedGaussianPolicy
 
-__all__ = ["build_inference_policy"]
+__all__ = ["build_inference_policy", "build_policy"]
+
+_DEFAULT_CONFIG = PolicyConfig()
 
 
-def build_inference_policy(spec: EnvSpec, config: PolicyConfig) -> ActorCritic | SquashedGaussianPolicy:
+def build_policy(spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> ActorCritic | FlowPolicy:
+    """The on-policy policy of ``config`` for ``spec``: :class:`FlowPolicy` for ``model_type: flow``, else ActorCritic."""
+    if config.model_type == "flow":
+        return FlowPolicy(spec, config)
+    return ActorCritic(spec, config)
+
+
+def build_inference_policy(
+    spec: EnvSpec, config: PolicyConfig
+) -> ActorCritic | FlowPolicy | SquashedGaussianPolicy:
     """The policy the rollout runs for ``config``: the off-policy tanh-Gaussian one when ``add_q_head``.
 
-    Both classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts
+    All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts
     are what the matching actor worker sends.
     """
     if config.add_q_head:
         return SquashedGaussianPolicy(spec, config)
-    return ActorCritic(spec, config)
+    return build_policy(spec, config)

@@ -69,6 +69,17 @@ def _check_split(name: str, split: VecEnvConfig, env_ws: int, stages: int, rollo
     return problems
 
 
+def _flow_problems(cfg: EmbodiedConfig) -> list[str]:
+    """``model_type: flow`` needs continuous actions; checked when the driver knows the spec cheaply."""
+    spec = env_spec_without_worker(cfg.env.train)
+    if spec is None or spec.action_type == "continuous":
+        return []
+    return [
+        f"actor.model.model_type 'flow' needs continuous actions; env.train.env_id {cfg.env.train.env_id!r} has "
+        f"{spec.action_type} ones: choose model_type 'mlp'"
+    ]
+
+
 def _env_split_problems(cfg: EmbodiedConfig, ws: Mapping[str, int] | None) -> list[str]:
     if ws is None:
         return []
@@ -144,6 +155,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
             ConfigError: listing every problem with its dotted path.
         """
         problems = env_config_problems(cfg.env) + self._model_path_problems(cfg)
+        if not problems and cfg.actor.model.model_type == "flow":
+            problems += _flow_problems(cfg)
         try:
             ws = world_sizes or self.world_sizes(cfg)
         except ValueError as e:
