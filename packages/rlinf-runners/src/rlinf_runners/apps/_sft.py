@@ -215,6 +215,8 @@ def run_sft(
     if train is None:
         raise DatasetError(f"data.train_data_paths: no training episode in {[str(p) for p in paths]}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.actor.torch_num_threads is not None:
+        torch.set_num_threads(cfg.actor.torch_num_threads)
     torch.manual_seed(cfg.actor.seed)
     policy = build_policy(spec, cfg.actor.model)
     if cfg.actor.model.model_path is not None:
