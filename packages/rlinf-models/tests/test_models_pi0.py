@@ -26,6 +26,8 @@ from rlinf_models.pi0 import (
     Pi0Model,
     SiglipSize,
     attention_pattern,
+    discretize_state,
+    format_prompts,
     load_lerobot_norm_stats,
     load_openpi_norm_stats,
     load_pi0,
@@ -38,7 +40,9 @@ from safetensors.torch import load_file, save_file
 
 torch.set_num_threads(1)
 
-DATA = Path(__file__).parent / "data" / "lerobot_pi0_tiny"
+ROOT = Path(__file__).parent / "data"
+DATA = ROOT / "lerobot_pi0_tiny"
+VARIANTS = ["pi0", "pi05"]
 TINY = Pi0Config(
     paligemma=GemmaSize(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=4),
     action_expert=GemmaSize(width=16, depth=2, mlp_dim=32, num_heads=8, num_kv_heads=1, head_dim=4),
@@ -54,8 +58,10 @@ TINY = Pi0Config(
 )
 
 
-def _reference() -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-    ref = load_file(str(DATA / "reference.safetensors"))
+def _reference(
+    variant: str = "pi0",
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    ref = load_file(str(ROOT / f"lerobot_{variant}_tiny" / "reference.safetensors"))
     return ref, list(ref["images"].unbind(1)), list(ref["image_masks"].unbind(1))
 
 
@@ -71,29 +77,33 @@ def _tiny_model(seed: int = 0, config: Pi0Config = TINY) -> Pi0Model:
 # --- against LeRobot ---
 
 
-def test_lerobot_checkpoint_loads_strictly_and_reproduces_lerobot_outputs() -> None:
-    model, report = load_pi0(DATA / "ckpt")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lerobot_checkpoint_loads_strictly_and_reproduces_lerobot_outputs(variant: str) -> None:
+    model, report = load_pi0(ROOT / f"lerobot_{variant}_tiny" / "ckpt")
     assert report.prefixed and not report.tied_from
     assert all(name.startswith("value_head.") for name in report.initialised) and report.initialised
-    assert model.config.chunk_size == 4 and model.config.paligemma.width == 32
-    ref, images, masks = _reference()
-    model.eval()
+    assert model.config.pi05 == (variant == "pi05") and model.config.paligemma.width == 32
+    ref, images, masks = _reference(variant)
+    state = None if model.config.pi05 else ref["state"]  # π0.5's state is in its prompt
     with torch.no_grad():
-        prefix = model.encode_prefix(images, masks, ref["tokens"], ref["token_mask"])
+        prefix = model.eval().encode_prefix(images, masks, ref["tokens"], ref["token_mask"])
         # LeRobot computes the loss in one joint pass over prefix + suffix; ours goes through the KV cache.
-        losses = model.flow_matching_loss(prefix, ref["state"], ref["actions"], ref["noise"], ref["time"])
-        sampled = model.sample_actions(prefix, ref["state"], ref["noise"], num_steps=3)
+        losses = model.flow_matching_loss(prefix, state, ref["actions"], ref["noise"], ref["time"])
+        sampled = model.sample_actions(prefix, state, ref["noise"], num_steps=3)
     torch.testing.assert_close(losses, ref["losses"], atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(sampled, ref["sampled"], atol=2e-5, rtol=1e-5)
 
 
-def test_saved_keys_and_shapes_are_lerobots(tmp_path: Path) -> None:
-    save_pi0(_tiny_model(), tmp_path, state_dim=5, action_dim=7, camera_names=("base", "wrist"))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_saved_keys_and_shapes_are_lerobots(tmp_path: Path, variant: str) -> None:
+    model = _tiny_model(config=attrs.evolve(TINY, pi05=variant == "pi05"))
+    save_pi0(model, tmp_path, state_dim=5, action_dim=7, camera_names=("base", "wrist"))
+    lerobot = ROOT / f"lerobot_{variant}_tiny" / "ckpt"
     ours = load_file(str(tmp_path / "model.safetensors"))
-    theirs = load_file(str(DATA / "ckpt" / "model.safetensors"))
+    theirs = load_file(str(lerobot / "model.safetensors"))
     assert {k: list(v.shape) for k, v in ours.items()} == {k: list(v.shape) for k, v in theirs.items()}
     config = json.loads((tmp_path / "config.json").read_text())
-    lerobot_config = json.loads((DATA / "ckpt" / "config.json").read_text())
+    lerobot_config = json.loads((lerobot / "config.json").read_text())
     for key in (
         "type",
         "chunk_size",
@@ -105,27 +115,34 @@ def test_saved_keys_and_shapes_are_lerobots(tmp_path: Path) -> None:
         assert config[key] == lerobot_config[key], key
 
 
-def test_lerobot_normalizer_statistics_match_lerobots_normalisation() -> None:
+@pytest.mark.parametrize(("variant", "mode"), [("pi0", "mean_std"), ("pi05", "quantile")])
+def test_lerobot_normalizer_statistics_match_lerobots_normalisation(variant: str, mode: str) -> None:
+    directory = ROOT / f"lerobot_{variant}_tiny"
     stats = load_lerobot_norm_stats(
-        DATA / "ckpt" / "policy_preprocessor_step_5_normalizer_processor.safetensors"
+        directory / "ckpt" / "policy_preprocessor_step_5_normalizer_processor.safetensors"
     )
-    done = load_file(str(DATA / "normalized.safetensors"))
-    # LeRobot's epsilon is 1e-8, openpi's (ours) 1e-6: equal to ~1e-6 relative.
-    torch.testing.assert_close(
-        stats["observation.state"].normalize(done["raw_state"]), done["state"], rtol=1e-5, atol=1e-5
-    )
-    torch.testing.assert_close(
-        stats["action"].normalize(done["raw_action"]), done["action"], rtol=1e-5, atol=1e-5
-    )
-    back = stats["action"].unnormalize(stats["action"].normalize(done["raw_action"]))
-    torch.testing.assert_close(back, done["raw_action"])
+    done = load_file(str(directory / "normalized.safetensors"))
+    # LeRobot's epsilon is 1e-8 (and only for zero ranges), openpi's (ours) 1e-6: equal to ~1e-6 relative.
+    for feature, key in (("observation.state", "state"), ("action", "action")):
+        normalized = stats[feature].normalize(done[f"raw_{key}"], mode)  # type: ignore[arg-type]
+        torch.testing.assert_close(normalized, done[key], rtol=1e-5, atol=1e-5)
+        back = stats[feature].unnormalize(normalized, mode)  # type: ignore[arg-type]
+        torch.testing.assert_close(back, done[f"raw_{key}"])
+
+
+def test_pi05_prompt_layout_matches_lerobots() -> None:
+    record = json.loads((ROOT / "lerobot_pi05_tiny" / "prompts.json").read_text())
+    state = torch.tensor(record["state"], dtype=torch.float32)
+    assert format_prompts(record["tasks"], discretize_state(state)) == record["prompts"]
+    assert format_prompts(["pick_up\nthe block "]) == ["pick up the block\n"]
 
 
 # --- checkpoints ---
 
 
-def test_round_trip_gives_identical_outputs(tmp_path: Path) -> None:
-    model = _tiny_model(seed=3)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_round_trip_gives_identical_outputs(tmp_path: Path, variant: str) -> None:
+    model = _tiny_model(seed=3, config=attrs.evolve(TINY, pi05=variant == "pi05"))
     save_pi0(model, tmp_path, state_dim=5, action_dim=7, camera_names=("base", "wrist"))
     loaded, report = load_pi0(tmp_path)
     assert loaded.config == model.config  # value_head_sizes come back from value_head.safetensors
@@ -228,8 +245,9 @@ def test_sampling_is_deterministic_given_the_noise() -> None:
     torch.testing.assert_close(one_step, ref["noise"] - v)  # one Euler step from t=1 to t=0
 
 
-def test_padding_and_missing_cameras_do_not_leak() -> None:
-    model = _tiny_model(seed=6)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padding_and_missing_cameras_do_not_leak(variant: str) -> None:
+    model = _tiny_model(seed=6, config=attrs.evolve(TINY, pi05=variant == "pi05"))
     ref, images, masks = _reference()
     tokens = ref["tokens"].clone()
     tokens[0, 4:] = (tokens[0, 4:] + 1) % 64  # sample 0's padded tokens
@@ -244,8 +262,9 @@ def test_padding_and_missing_cameras_do_not_leak() -> None:
     torch.testing.assert_close(model.value(a), model.value(b))
 
 
-def test_loss_decreases_on_a_fixed_batch() -> None:
-    model = _tiny_model(seed=7).train()
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_loss_decreases_on_a_fixed_batch(variant: str) -> None:
+    model = _tiny_model(seed=7, config=attrs.evolve(TINY, pi05=variant == "pi05")).train()
     ref, images, masks = _reference()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
@@ -273,11 +292,14 @@ def test_sample_time_follows_the_configured_beta() -> None:
     assert abs(t.mean().item() - 0.6004) < 0.02
 
 
-def test_bfloat16_towers_keep_vision_and_norms_in_float32() -> None:
-    model = _tiny_model(config=attrs.evolve(TINY, dtype="bfloat16"))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bfloat16_towers_keep_vision_and_norms_in_float32(variant: str) -> None:
+    model = _tiny_model(config=attrs.evolve(TINY, dtype="bfloat16", pi05=variant == "pi05"))
     towers = model.paligemma_with_expert
     assert towers.gemma_expert.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
-    assert towers.gemma_expert.model.layers[0].input_layernorm.weight.dtype == torch.float32
+    norm = towers.gemma_expert.model.layers[0].input_layernorm
+    assert all(p.dtype == torch.float32 for p in norm.parameters())  # weight (π0) or dense (π0.5)
+    assert towers.paligemma.model.language_model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
     assert towers.paligemma.model.vision_tower.embeddings.patch_embedding.weight.dtype == torch.float32
     assert model.action_out_proj.weight.dtype == torch.float32
     ref, images, masks = _reference()
@@ -327,8 +349,9 @@ def test_published_size_builds_on_the_meta_device_with_published_shapes() -> Non
 
 
 def test_config_errors_name_the_field_and_allowed_values() -> None:
-    with pytest.raises(ValueError, match=r"'type' must be 'pi0'"):
-        Pi0Config.from_lerobot_dict({"type": "pi05"})
+    with pytest.raises(ValueError, match=r"'type' must be one of \['pi0', 'pi05'\]"):
+        Pi0Config.from_lerobot_dict({"type": "smolvla"})
+    assert Pi0Config.from_lerobot_dict({"type": "pi05"}).tokenizer_max_length == 200
     with pytest.raises(ValueError, match=r"'paligemma_variant' must be one of \['gemma_2b', 'gemma_300m'\]"):
         Pi0Config.from_lerobot_dict({"type": "pi0", "paligemma_variant": "gemma_7b"})
     with pytest.raises(ValueError, match=r"\['depth'\] must be equal"):
@@ -381,6 +404,7 @@ def _tiny_tokenizer_dir(path: Path) -> Path:
     from transformers import PreTrainedTokenizerFast
 
     words = ["<pad>", "<bos>", "<unk>", " ", "\n", "pick", "up", "the", "red", "block"]
+    words += ["Task:", "up,", "State:", "0", "128", "255;", "Action:"]  # π0.5's prompt
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\s"), behavior="isolated")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
@@ -403,3 +427,15 @@ def test_tokenize_prompts_bos_newline_right_padding(tmp_path: Path) -> None:
     assert mask[1].all() and tokens[1, 0] == 1  # truncated to max_length
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_tokenizer(tmp_path / "absent")
+
+
+def test_tokenize_prompts_pi05_writes_the_discretised_state(tmp_path: Path) -> None:
+    tokenizer = load_tokenizer(_tiny_tokenizer_dir(tmp_path / "tok"))
+    state = torch.tensor([[-1.0, 0.0, 0.999]])
+    assert discretize_state(state).tolist() == [[0, 128, 255]]
+    tokens, mask = tokenize_prompts(tokenizer, ["pick_up"], max_length=40, state=state)
+    words = tokenizer.convert_ids_to_tokens(tokens[0][mask[0]].tolist())
+    assert "<unk>" not in words
+    assert "".join(words) == "<bos>Task: pick up, State: 0 128 255;\nAction: "
+    with pytest.raises(ValueError, match="2 prompts but 1 states"):
+        format_prompts(["a", "b"], discretize_state(state))

@@ -1,4 +1,4 @@
-"""π0 vision-language-action model (PaliGemma + Gemma action expert) on transformers: ``rlinf-models[openpi]``.
+"""π0 / π0.5 vision-language-action models (PaliGemma + Gemma action expert) on transformers: ``[openpi]``.
 
 See docs/vla.md. ``Pi0Model`` is the network (``encode_prefix`` → ``PrefixCache``; ``velocity``; ``sample_actions``;
 ``flow_matching_loss``; ``value``), ``load_pi0`` / ``save_pi0`` read and write LeRobot's checkpoint layout (and
@@ -9,6 +9,8 @@ from ._checkpoint import CheckpointMismatchError, LoadReport, load_pi0, load_pi0
 from ._config import GEMMA_VARIANTS, GemmaSize, Pi0Config, SiglipSize
 from ._inputs import (
     NormStats,
+    discretize_state,
+    format_prompts,
     load_lerobot_norm_stats,
     load_openpi_norm_stats,
     load_tokenizer,
@@ -29,6 +31,8 @@ __all__ = [
     "PrefixCache",
     "SiglipSize",
     "attention_pattern",
+    "discretize_state",
+    "format_prompts",
     "load_lerobot_norm_stats",
     "load_openpi_norm_stats",
     "load_pi0",

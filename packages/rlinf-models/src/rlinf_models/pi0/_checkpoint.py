@@ -1,8 +1,8 @@
-"""Loading and saving π0 checkpoint directories (``model.safetensors`` + ``config.json``).
+"""Loading and saving π0 / π0.5 checkpoint directories (``model.safetensors`` + ``config.json``).
 
 Two published layouts are read, both with the same tensor names:
 
-- **LeRobot** (``lerobot/pi0_base``, ``lerobot/pi0_libero``, ...): ``config.json`` (``type: pi0``) and
+- **LeRobot** (``lerobot/pi0_base``, ``lerobot/pi05_libero``, ...): ``config.json`` (``type: pi0``/``pi05``) and
   ``model.safetensors`` whose keys carry a ``model.`` prefix (``PI0Policy.model``);
 - **openpi PyTorch** (``PI0Pytorch`` converted from JAX; what RLinf's ``model_path`` points at): a bare-keyed
   ``model.safetensors``; openpi keeps its settings in Python, so pass a :class:`Pi0Config`.

@@ -1,4 +1,4 @@
-"""``Pi0Config``: the π0 architecture and its flow-matching settings; importing it does not import torch.
+"""``Pi0Config``: the π0 / π0.5 architecture and its flow-matching settings; importing it does not import torch.
 
 The defaults are the published π0 model (PaliGemma 3B: SigLIP So400m/14 + Gemma 2B, and a Gemma 300M action
 expert). ``config.json`` is read and written in the layout LeRobot's ``PI0Policy.save_pretrained`` uses, so a
@@ -59,8 +59,14 @@ class SiglipSize:
 
 @attrs.frozen(kw_only=True)
 class Pi0Config:
-    """π0: PaliGemma (SigLIP + Gemma) over images and the instruction, a Gemma action expert over state and actions."""
+    """π0: PaliGemma (SigLIP + Gemma) over images and the instruction, a Gemma action expert over state and actions.
 
+    ``pi05=True`` is π0.5: the state goes into the prompt as discretised tokens, the suffix holds only actions, and
+    the flow time conditions the action expert through adaptive RMS norms instead of entering the action tokens.
+    """
+
+    pi05: bool = False
+    """π0.5 instead of π0 (LeRobot's ``type: pi05``; openpi's ``Pi0Config(pi05=True)``)."""
     paligemma: GemmaSize = GEMMA_VARIANTS["gemma_2b"]
     """The VLM's language model."""
     action_expert: GemmaSize = GEMMA_VARIANTS["gemma_300m"]
@@ -90,7 +96,7 @@ class Pi0Config:
     time_scale: float = attrs.field(default=0.999, validator=_POSITIVE_FLOAT)
     time_offset: float = attrs.field(default=0.001, validator=v.ge(0.0))
     tokenizer_max_length: int = attrs.field(default=48, validator=_POSITIVE)
-    """Instruction tokens (padded on the right, truncated)."""
+    """Prompt tokens (padded on the right, truncated); the published π0.5 models use 200."""
     dtype: Literal["float32", "bfloat16"] = attrs.field(
         default="float32", validator=v.in_(("float32", "bfloat16"))
     )
@@ -135,7 +141,7 @@ class Pi0Config:
     def to_lerobot_dict(
         self, *, state_dim: int, action_dim: int, camera_names: tuple[str, ...]
     ) -> dict[str, Any]:
-        """``config.json`` as LeRobot writes it for ``type: pi0``.
+        """``config.json`` as LeRobot writes it for ``type: pi0`` / ``pi05``.
 
         Sizes that are not a published variant (tiny test models) go into an extra ``rlinf_architecture`` entry,
         which LeRobot does not know: only published sizes make a directory LeRobot can load.
@@ -146,7 +152,7 @@ class Pi0Config:
         }
         features["observation.state"] = {"type": "STATE", "shape": [state_dim]}
         out: dict[str, Any] = {
-            "type": "pi0",
+            "type": "pi05" if self.pi05 else "pi0",
             "n_obs_steps": 1,
             "input_features": features,
             "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
@@ -184,10 +190,10 @@ class Pi0Config:
 
     @classmethod
     def from_lerobot_dict(cls, data: Mapping[str, Any], **overrides: Any) -> Pi0Config:
-        """Read LeRobot's ``config.json`` (``type: pi0``); ``overrides`` replace fields (e.g. ``dtype``)."""
+        """Read LeRobot's ``config.json`` (``type: pi0`` or ``pi05``); ``overrides`` replace fields (e.g. ``dtype``)."""
         kind = data.get("type")
-        if kind != "pi0":
-            raise ValueError(f"config.json 'type' must be 'pi0' (π0.5 is not supported yet), got {kind!r}")
+        if kind not in ("pi0", "pi05"):
+            raise ValueError(f"config.json 'type' must be one of ['pi0', 'pi05'], got {kind!r}")
         resolution = data.get("image_resolution", [224, 224])
         if len(resolution) != 2 or resolution[0] != resolution[1]:
             raise ValueError(f"config.json 'image_resolution' must be square, got {resolution}")
@@ -206,6 +212,8 @@ class Pi0Config:
             }
         fields: dict[str, Any] = {
             **sizes,
+            "pi05": kind == "pi05",
+            "tokenizer_max_length": 200 if kind == "pi05" else 48,
             "image_size": resolution[0],
             "dtype": data.get("dtype", "float32"),
             **{

@@ -6,9 +6,11 @@
   ``max_action_dim``. π0 uses mean/std (``(x - mean) / (std + 1e-6)``); the quantile mode
   (``q01``/``q99`` → ``[-1, 1]``) is π0.5's. Statistics come from openpi's ``norm_stats.json`` or LeRobot's
   normalizer file.
-- **Instructions** are cleaned (underscores and newlines become spaces), end with a newline (PaliGemma's prompt
-  separator), get the tokenizer's BOS, and are padded on the right / truncated to ``tokenizer_max_length``.
-  The tokenizer is loaded from a local directory (PaliGemma's ``tokenizer.json`` & co.).
+- **Instructions** are cleaned (underscores and newlines become spaces). π0 ends them with a newline (PaliGemma's
+  prompt separator); π0.5 writes ``Task: <instruction>, State: <256-bin state>;`` + newline + ``Action: `` with the
+  normalised state discretised into 256 bins over ``[-1, 1]``. The tokenizer adds its BOS; prompts are padded on
+  the right / truncated to ``tokenizer_max_length``. The tokenizer is loaded from a local directory
+  (PaliGemma's ``tokenizer.json`` & co.).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 __all__ = [
     "NormStats",
+    "discretize_state",
+    "format_prompts",
     "load_lerobot_norm_stats",
     "load_openpi_norm_stats",
     "load_tokenizer",
@@ -149,11 +153,45 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
+def discretize_state(state: Tensor) -> Tensor:
+    """Normalised ``[B, D]`` state → ``[B, D]`` int64 bins: 256 equal bins over ``[-1, 1]``.
+
+    Bin ``i`` holds ``[-1 + i/128, -1 + (i+1)/128)``; values below -1 give -1 and values at or above 1 give 255
+    (``numpy.digitize`` over the 256 left edges, minus one, as openpi and LeRobot compute it).
+    """
+    edges = torch.linspace(-1.0, 1.0, 257, dtype=torch.float64, device=state.device)[:-1]
+    return torch.bucketize(state.double(), edges, right=True) - 1
+
+
+def format_prompts(prompts: Sequence[str], discrete_state: Tensor | None = None) -> list[str]:
+    """Clean the instructions and lay out the prompt: π0 (``discrete_state=None``) or π0.5 (with the bins)."""
+    cleaned = [p.strip().replace("_", " ").replace("\n", " ") for p in prompts]
+    if discrete_state is None:
+        return [text + "\n" for text in cleaned]
+    if discrete_state.shape[0] != len(cleaned):
+        raise ValueError(f"{len(cleaned)} prompts but {discrete_state.shape[0]} states")
+    return [
+        f"Task: {text}, State: {' '.join(str(int(b)) for b in bins)};\nAction: "
+        for text, bins in zip(cleaned, discrete_state.tolist(), strict=True)
+    ]
+
+
 def tokenize_prompts(
-    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], max_length: int
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    max_length: int,
+    *,
+    state: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Instructions → ``([B, max_length]`` int64 ids, ``[B, max_length]`` bool mask``)``, right-padded."""
-    texts = [p.strip().replace("_", " ").replace("\n", " ") + "\n" for p in prompts]
+    """Instructions → ``([B, max_length]`` int64 ids, ``[B, max_length]`` bool mask``)``, right-padded.
+
+    Args:
+        tokenizer: PaliGemma's tokenizer (:func:`load_tokenizer`).
+        prompts: One instruction per sample.
+        max_length: The checkpoint's ``tokenizer_max_length``.
+        state: π0.5 only: the normalised (quantile), unpadded ``[B, D]`` state, written into the prompt.
+    """
+    texts = format_prompts(prompts, None if state is None else discretize_state(state))
     encoded = tokenizer(
         texts,
         padding="max_length",

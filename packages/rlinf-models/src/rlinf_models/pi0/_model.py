@@ -14,11 +14,17 @@ Because the prefix never looks at the suffix, its keys and values are computed o
 (:meth:`Pi0Model.velocity`). Time follows openpi: ``x_t = t * noise + (1 - t) * actions``, the network predicts
 ``u = noise - actions``, and sampling integrates from ``t = 1`` (noise) to ``t = 0`` (actions).
 
+π0.5 (``Pi0Config(pi05=True)``, https://arxiv.org/abs/2504.16054) writes the state into the prompt as discretised
+tokens, so its suffix holds only the action tokens (``action_in_proj(x_t)``); the flow time goes through
+``time_mlp_in`` / ``time_mlp_out`` and conditions every norm of the action expert (:class:`AdaRMSNorm`: scale,
+shift and a gate on the residual branch).
+
 The module tree (and so every ``state_dict`` key) is the one of openpi's ``PI0Pytorch`` and LeRobot's
 ``PI0Policy.model``: transformers' ``PaliGemmaForConditionalGeneration`` under
 ``paligemma_with_expert.paligemma``, a ``GemmaForCausalLM`` without input embeddings under
 ``paligemma_with_expert.gemma_expert``, and the projections ``state_proj``, ``action_in_proj``,
-``action_out_proj``, ``action_time_mlp_in``, ``action_time_mlp_out``. ``value_head`` is ours.
+``action_out_proj``, ``action_time_mlp_in``, ``action_time_mlp_out`` (π0.5: ``time_mlp_in``, ``time_mlp_out``, and
+``dense`` tensors in the expert's norms). ``value_head`` is ours.
 """
 
 from __future__ import annotations
@@ -116,6 +122,43 @@ def _gemma_config(size: GemmaSize, vocab_size: int) -> GemmaConfig:
     )
 
 
+class AdaRMSNorm(nn.Module):
+    """π0.5's adaptive RMS norm: scale, shift and a residual gate computed from a condition (the flow time).
+
+    ``dense`` maps the condition to ``[scale, shift, gate]``; the output is ``rms_norm(x) * (1 + scale) + shift``
+    and the caller multiplies the sub-layer's output by ``gate`` before the residual addition.
+    """
+
+    def __init__(self, dim: int, cond_dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_dim, 3 * dim)
+        nn.init.zeros_(self.dense.weight)
+
+    def forward(self, x: Tensor, cond: Tensor) -> tuple[Tensor, Tensor]:
+        normed = x * torch.rsqrt(x.float().square().mean(dim=-1, keepdim=True) + self.eps)
+        modulation = self.dense(cond.to(self.dense.weight.dtype))
+        if x.ndim == 3:
+            modulation = modulation[:, None]
+        scale, shift, gate = modulation.chunk(3, dim=-1)
+        return (normed * (1 + scale.float()) + shift.float()).to(x.dtype), gate.to(x.dtype)
+
+
+def _norm(norm: nn.Module, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Apply a Gemma RMS norm (no gate) or an :class:`AdaRMSNorm` (with ``cond``): ``(normed, gate or None)``."""
+    if isinstance(norm, AdaRMSNorm):
+        if cond is None:
+            raise ValueError("π0.5's adaptive norms need the time condition")
+        normed_gated: tuple[Tensor, Tensor] = norm(x, cond)
+        return normed_gated
+    normed: Tensor = norm(x)
+    return normed, None
+
+
+def _gated(x: Tensor, y: Tensor, gate: Tensor | None) -> Tensor:
+    return x + y if gate is None else x + y * gate
+
+
 class PaliGemmaWithExpert(nn.Module):
     """The two towers (named as in openpi / LeRobot so that the state-dict keys match theirs)."""
 
@@ -145,13 +188,19 @@ class PaliGemmaWithExpert(nn.Module):
         self.gemma_expert = GemmaForCausalLM(_gemma_config(config.action_expert, config.vocab_size))
         # The expert reads embeddings made by the projections, never token ids.
         self.gemma_expert.model.embed_tokens = None
+        if config.pi05:
+            width = config.action_expert.width
+            expert = self.gemma_expert.model
+            for layer in expert.layers:
+                layer.input_layernorm = AdaRMSNorm(width, width)
+                layer.post_attention_layernorm = AdaRMSNorm(width, width)
+            expert.norm = AdaRMSNorm(width, width)
 
 
 def _layer_qkv(
-    layer: GemmaDecoderLayer, x: Tensor, cos: Tensor, sin: Tensor
+    layer: GemmaDecoderLayer, h: Tensor, cos: Tensor, sin: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Pre-norm, project and rotate one tower's tokens: ``[B, L, W]`` → q ``[B, H, L, D]``, k, v ``[B, KV, L, D]``."""
-    h = layer.input_layernorm(x)
+    """Project and rotate one tower's normed tokens: ``[B, L, W]`` → q ``[B, H, L, D]``, k, v ``[B, KV, L, D]``."""
     attn = layer.self_attn
     shape = (*h.shape[:-1], -1, attn.head_dim)
     q = attn.q_proj(h).view(shape).transpose(1, 2)
@@ -170,11 +219,14 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tens
     return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
 
 
-def _layer_finish(layer: GemmaDecoderLayer, x: Tensor, attended: Tensor) -> Tensor:
-    """Output projection, residual, pre-norm MLP, residual (Gemma's decoder layer after attention)."""
-    x = x + layer.self_attn.o_proj(attended.to(layer.self_attn.o_proj.weight.dtype))
-    mlp_out: Tensor = layer.mlp(layer.post_attention_layernorm(x))
-    return x + mlp_out
+def _layer_finish(
+    layer: GemmaDecoderLayer, x: Tensor, attended: Tensor, gate: Tensor | None, cond: Tensor | None
+) -> Tensor:
+    """Output projection, (gated) residual, pre-norm MLP, (gated) residual: Gemma's layer after attention."""
+    x = _gated(x, layer.self_attn.o_proj(attended.to(layer.self_attn.o_proj.weight.dtype)), gate)
+    h, mlp_gate = _norm(layer.post_attention_layernorm, x, cond)
+    mlp_out: Tensor = layer.mlp(h)
+    return _gated(x, mlp_out, mlp_gate)
 
 
 class ValueHead(nn.Module):
@@ -195,7 +247,7 @@ class ValueHead(nn.Module):
 
 
 class Pi0Model(nn.Module):
-    """π0 network (see the module docstring); build with ``Pi0Model(Pi0Config(...))`` (random init)."""
+    """π0 / π0.5 network (see the module docstring); ``Pi0Model(Pi0Config(...))`` builds it with random weights."""
 
     def __init__(self, config: Pi0Config) -> None:
         super().__init__()
@@ -204,9 +256,13 @@ class Pi0Model(nn.Module):
         self.paligemma_with_expert = PaliGemmaWithExpert(config)
         self.action_in_proj = nn.Linear(config.max_action_dim, expert)
         self.action_out_proj = nn.Linear(expert, config.max_action_dim)
-        self.state_proj = nn.Linear(config.max_state_dim, expert)
-        self.action_time_mlp_in = nn.Linear(2 * expert, expert)
-        self.action_time_mlp_out = nn.Linear(expert, expert)
+        if config.pi05:
+            self.time_mlp_in = nn.Linear(expert, expert)
+            self.time_mlp_out = nn.Linear(expert, expert)
+        else:
+            self.state_proj = nn.Linear(config.max_state_dim, expert)
+            self.action_time_mlp_in = nn.Linear(2 * expert, expert)
+            self.action_time_mlp_out = nn.Linear(expert, expert)
         self.value_head = ValueHead(config.paligemma.width, config.value_head_sizes)
         self.set_tower_dtype(config.dtype)
 
@@ -282,36 +338,44 @@ class Pi0Model(nn.Module):
         keys: list[Tensor] = []
         values: list[Tensor] = []
         for layer in self._layers(self._vlm):
-            q, k, v = _layer_qkv(layer, x, cos, sin)
+            q, k, v = _layer_qkv(layer, layer.input_layernorm(x), cos, sin)
             keys.append(k)
             values.append(v)
-            x = _layer_finish(layer, x, _attend(q, k, v, mask, layer.self_attn.scaling))
+            x = _layer_finish(layer, x, _attend(q, k, v, mask, layer.self_attn.scaling), None, None)
         return PrefixCache(tuple(keys), tuple(values), pad, self._vlm.norm(x))
 
     # --- suffix ---
 
-    def embed_suffix(self, state: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
-        """Suffix embeddings ``[B, 1 + chunk, expert.width]``: the state token, then one token per noisy action.
+    def embed_suffix(self, state: Tensor | None, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Suffix embeddings ``[B, S, expert.width]`` and the adaptive-norm condition (π0.5; ``None`` for π0).
 
-        Each action token is ``mlp([action_in_proj(x_t), time_embedding(t)])`` with a SiLU between the two layers.
+        π0: ``S = 1 + chunk``, the state token then one token per noisy action,
+        ``action_time_mlp_out(silu(action_time_mlp_in([action_in_proj(x_t), time_embedding(t)])))``.
+        π0.5: ``S = chunk``, ``action_in_proj(x_t)``; the condition is
+        ``silu(time_mlp_out(silu(time_mlp_in(time_embedding(t)))))`` (``[B, expert.width]``).
         """
-        state_token = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None]
         actions = self.action_in_proj(x_t.to(self.action_in_proj.weight.dtype))
         time = sinusoidal_time_embedding(
             t.to(actions.dtype), actions.shape[-1], self.config.min_period, self.config.max_period
         )
+        if self.config.pi05:
+            return actions, F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(time))))
+        if state is None:
+            raise ValueError("π0 needs the state ([B, max_state_dim], normalised and zero-padded)")
+        state_token = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None]
         fused = torch.cat([actions, time[:, None].expand_as(actions)], dim=-1)
         action_tokens = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(fused)))
-        return torch.cat([state_token, action_tokens], dim=1)
+        return torch.cat([state_token, action_tokens], dim=1), None
 
-    def velocity(self, x_t: Tensor, t: Tensor, prefix: PrefixCache, state: Tensor) -> Tensor:
+    def velocity(self, x_t: Tensor, t: Tensor, prefix: PrefixCache, state: Tensor | None) -> Tensor:
         """The flow's velocity field ``v(x_t, t)`` for one observation (its prefix cache and state).
 
         Args:
             x_t: ``[B, chunk_size, max_action_dim]`` noisy action chunk (float32, normalised action space).
             t: ``[B]`` flow time in ``[0, 1]``; ``t = 1`` is pure noise, ``t = 0`` the actions (openpi).
             prefix: :meth:`encode_prefix` of the observation (batch ``B``); not modified, reusable across steps.
-            state: ``[B, max_state_dim]`` normalised, zero-padded state.
+            state: π0: ``[B, max_state_dim]`` normalised, zero-padded state. π0.5 reads the state from the
+                prompt (``tokenize_prompts(..., discrete_state=...)``) and ignores this argument.
 
         Returns:
             ``[B, chunk_size, max_action_dim]`` float32 velocity ``≈ noise - actions``; an Euler step from
@@ -323,14 +387,14 @@ class Pi0Model(nn.Module):
                 f"x_t must be [B, {chunk}, {self.config.max_action_dim}] (chunk_size, max_action_dim), "
                 f"got {list(x_t.shape)}"
             )
-        x = self.embed_suffix(state, x_t, t)
-        x = x.to(self._dtype(self._expert))
+        dtype = self._dtype(self._expert)
+        x, cond = self.embed_suffix(state, x_t, t)
+        x = x.to(dtype)
         batch, length = x.shape[:2]
-        # State token opens a block, the actions open the next: [1, 1, 0, 0, ...].
+        # π0: the state token opens a block and the actions the next ([1, 1, 0, ...]); π0.5: actions only.
         starts = torch.zeros(length, dtype=torch.long, device=x.device)
-        starts[:2] = 1
-        suffix_pad = torch.ones(batch, length, dtype=torch.bool, device=x.device)
-        own = attention_pattern(suffix_pad, starts)
+        starts[: length - chunk + 1] = 1
+        own = attention_pattern(torch.ones(batch, length, dtype=torch.bool, device=x.device), starts)
         sees_prefix = prefix.pad_mask[:, None, :].expand(batch, length, -1)
         mask = _additive(torch.cat([sees_prefix, own], dim=2), x.dtype)
         positions = prefix.pad_mask.long().sum(dim=1, keepdim=True) + torch.arange(length, device=x.device)
@@ -338,18 +402,19 @@ class Pi0Model(nn.Module):
         for layer, prefix_k, prefix_v in zip(
             self._layers(self._expert), prefix.keys, prefix.values, strict=True
         ):
-            q, k, v = _layer_qkv(layer, x, cos, sin)
+            h, gate = _norm(layer.input_layernorm, x, cond)
+            q, k, v = _layer_qkv(layer, h, cos, sin)
             k = torch.cat([prefix_k.to(k.dtype), k], dim=2)
             v = torch.cat([prefix_v.to(v.dtype), v], dim=2)
-            x = _layer_finish(layer, x, _attend(q, k, v, mask, layer.self_attn.scaling))
-        out = self._expert.norm(x)[:, -chunk:]
-        velocity: Tensor = self.action_out_proj(out.to(self.action_out_proj.weight.dtype))
+            x = _layer_finish(layer, x, _attend(q, k, v, mask, layer.self_attn.scaling), gate, cond)
+        out, _ = _norm(self._expert.norm, x, cond)
+        velocity: Tensor = self.action_out_proj(out[:, -chunk:].to(self.action_out_proj.weight.dtype))
         return velocity.float()
 
     # --- sampling, training, value ---
 
     def sample_actions(
-        self, prefix: PrefixCache, state: Tensor, noise: Tensor, *, num_steps: int | None = None
+        self, prefix: PrefixCache, state: Tensor | None, noise: Tensor, *, num_steps: int | None = None
     ) -> Tensor:
         """Integrate the flow with Euler steps from ``t = 1`` (``noise``) to ``t = 0``: ``[B, chunk, max_action_dim]``.
 
@@ -376,7 +441,7 @@ class Pi0Model(nn.Module):
         return (t * self.config.time_scale + self.config.time_offset).to(self.action_in_proj.weight.device)
 
     def flow_matching_loss(
-        self, prefix: PrefixCache, state: Tensor, actions: Tensor, noise: Tensor, t: Tensor
+        self, prefix: PrefixCache, state: Tensor | None, actions: Tensor, noise: Tensor, t: Tensor
     ) -> Tensor:
         """Per-element flow-matching loss ``(v(x_t, t) - (noise - actions))²``: ``[B, chunk, max_action_dim]``.
 

@@ -1,18 +1,21 @@
-"""Regenerate this directory's fixtures with LeRobot's own π0 (not part of the test suite).
+"""Regenerate ``lerobot_pi0_tiny/`` and ``lerobot_pi05_tiny/`` with LeRobot's own π0 / π0.5 (not a test).
 
 LeRobot cannot join RLinf's lock (it pins torch<2.12, transformers<5.6, Python>=3.12), so this runs in a
 throwaway environment, e.g.::
 
     uv venv -p 3.12 /tmp/lr && VIRTUAL_ENV=/tmp/lr uv pip install "lerobot[pi]==0.6.1" "torch==2.10.0"
-    /tmp/lr/bin/python make_reference.py .
+    /tmp/lr/bin/python make_lerobot_reference.py .
 
-It builds LeRobot's ``PI0Policy`` with tiny widths (LeRobot only knows the published sizes, so its size table
-and the two transformers constructors are patched), fills every parameter with random values, and writes:
+For each variant it builds LeRobot's ``PI0Policy`` / ``PI05Policy`` with tiny widths (LeRobot only knows the
+published sizes, so its size table and the two transformers constructors are patched), fills every parameter
+with random values, and writes into ``lerobot_<variant>_tiny/``:
 
 - ``ckpt/``: ``PI0Policy.save_pretrained`` (``config.json`` + ``model.safetensors``, LeRobot's layout), plus
   the ``rlinf_architecture`` entry that records the tiny sizes, and LeRobot's normalizer statistics file;
 - ``reference.safetensors``: fixed inputs and LeRobot's per-element training loss and sampled actions;
-- ``normalized.safetensors``: raw state/action and LeRobot's normalisation of them.
+- ``normalized.safetensors``: raw state/action and LeRobot's normalisation of them (mean/std for π0,
+  quantiles for π0.5);
+- π0.5 only, ``prompts.json``: LeRobot's prompt (instruction + discretised state) for a normalised state.
 """
 
 import json
@@ -25,6 +28,10 @@ from lerobot.lerobot_types import TransitionKey
 from lerobot.policies.pi0 import modeling_pi0
 from lerobot.policies.pi0.configuration_pi0 import PI0Config
 from lerobot.policies.pi0.modeling_pi0 import PI0Policy
+from lerobot.policies.pi05 import modeling_pi05
+from lerobot.policies.pi05.configuration_pi05 import PI05Config
+from lerobot.policies.pi05.modeling_pi05 import PI05Policy
+from lerobot.policies.pi05.processor_pi05 import Pi05PrepareStateTokenizerProcessorStep
 from lerobot.processor import NormalizerProcessorStep
 from safetensors.torch import save_file
 
@@ -38,7 +45,7 @@ def _tiny_gemma(variant: str) -> modeling_pi0.GemmaConfig:
     return modeling_pi0.GemmaConfig(**(VLM if variant == "gemma_2b" else EXPERT))
 
 
-class _TinyPaliGemma(modeling_pi0.PaliGemmaForConditionalGenerationWithPiGemma):
+class _TinyPaliGemma(modeling_pi0.PaliGemmaForConditionalGenerationWithPiGemma):  # same class in pi05
     def __init__(self, config):
         config.text_config.vocab_size = VOCAB
         config.image_token_index = VOCAB
@@ -59,13 +66,21 @@ class _TinyExpert(modeling_pi0.PiGemmaForCausalLM):
         super().__init__(config)
 
 
-def main(out: Path) -> None:
-    modeling_pi0.get_gemma_config = _tiny_gemma
-    modeling_pi0.PaliGemmaForConditionalGenerationWithPiGemma = _TinyPaliGemma
-    modeling_pi0.PiGemmaForCausalLM = _TinyExpert
+def main(root: Path) -> None:
+    for module in (modeling_pi0, modeling_pi05):
+        module.get_gemma_config = _tiny_gemma
+        module.PaliGemmaForConditionalGenerationWithPiGemma = _TinyPaliGemma
+        module.PiGemmaForCausalLM = _TinyExpert
+    for variant in ("pi0", "pi05"):
+        out = root / f"lerobot_{variant}_tiny"
+        out.mkdir(exist_ok=True)
+        _write(out, pi05=variant == "pi05")
+
+
+def _write(out: Path, *, pi05: bool) -> None:
     torch.manual_seed(0)
     visual = PolicyFeature(FeatureType.VISUAL, (3, 16, 16))
-    config = PI0Config(
+    config = (PI05Config if pi05 else PI0Config)(
         chunk_size=4,
         n_action_steps=4,
         max_state_dim=8,
@@ -82,7 +97,7 @@ def main(out: Path) -> None:
         },
         output_features={"action": PolicyFeature(FeatureType.ACTION, (7,))},
     )
-    policy = PI0Policy(config)
+    policy = (PI05Policy if pi05 else PI0Policy)(config)
     with torch.no_grad():  # random everything, norms included, so that no tensor goes unchecked
         for param in policy.parameters():
             param.copy_(torch.randn_like(param) * 0.2)
@@ -106,11 +121,14 @@ def main(out: Path) -> None:
     state, actions = torch.randn(2, 8, generator=g), torch.randn(2, 4, 8, generator=g)
     noise, time = torch.randn(2, 4, 8, generator=g), torch.tensor([0.3, 0.9])
     cams, masks = list(images.unbind(1)), list(image_masks.unbind(1))
+    model = policy.model
     with torch.no_grad():
-        losses = policy.model.forward(cams, masks, tokens, token_mask, state, actions, noise, time)
-        sampled = policy.model.sample_actions(
-            cams, masks, tokens, token_mask, state, noise=noise, num_steps=3
-        )
+        if pi05:  # the state is part of the prompt
+            losses = model.forward(cams, masks, tokens, token_mask, actions, noise, time)
+            sampled = model.sample_actions(cams, masks, tokens, token_mask, noise=noise, num_steps=3)
+        else:
+            losses = model.forward(cams, masks, tokens, token_mask, state, actions, noise, time)
+            sampled = model.sample_actions(cams, masks, tokens, token_mask, state, noise=noise, num_steps=3)
     save_file(
         {
             "images": images,
@@ -128,16 +146,19 @@ def main(out: Path) -> None:
     )
 
     gs = torch.Generator().manual_seed(2)
-    stats = {
-        "observation.state": {"mean": torch.randn(5, generator=gs), "std": torch.rand(5, generator=gs) + 0.5},
-        "action": {"mean": torch.randn(7, generator=gs), "std": torch.rand(7, generator=gs) + 0.5},
-    }
+    stats = {}
+    for feature, dim in (("observation.state", 5), ("action", 7)):
+        q01 = torch.randn(dim, generator=gs) - 1.0
+        stats[feature] = {
+            "mean": torch.randn(dim, generator=gs),
+            "std": torch.rand(dim, generator=gs) + 0.5,
+            "q01": q01,
+            "q99": q01 + torch.rand(dim, generator=gs) + 1.0,
+        }
+    mode = NormalizationMode.QUANTILES if pi05 else NormalizationMode.MEAN_STD
     normalizer = NormalizerProcessorStep(
         features={**config.input_features, **config.output_features},
-        norm_map={
-            FeatureType.STATE: NormalizationMode.MEAN_STD,
-            FeatureType.ACTION: NormalizationMode.MEAN_STD,
-        },
+        norm_map={FeatureType.STATE: mode, FeatureType.ACTION: mode},
         stats=stats,
     )
     save_file(
@@ -156,6 +177,19 @@ def main(out: Path) -> None:
         },
         str(out / "normalized.safetensors"),
     )
+    if pi05:
+        tasks = ["pick_up the\nred block ", "open the drawer"]
+        normalized = torch.tensor([[-1.0, -0.999, 0.0, 0.5, 1.0], [-1.5, 0.003, 0.25, 0.9999, 2.0]])
+        step = Pi05PrepareStateTokenizerProcessorStep(max_state_dim=8)
+        done = step(
+            {
+                TransitionKey.OBSERVATION: {"observation.state": normalized},
+                TransitionKey.COMPLEMENTARY_DATA: {"task": tasks},
+            }
+        )
+        prompts = done[TransitionKey.COMPLEMENTARY_DATA]["task"]
+        record = {"tasks": tasks, "state": normalized.tolist(), "prompts": prompts}
+        (out / "prompts.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":
