@@ -293,8 +293,10 @@ def test_sample_time_follows_the_configured_beta() -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_bfloat16_towers_keep_vision_and_norms_in_float32(variant: str) -> None:
-    model = _tiny_model(config=attrs.evolve(TINY, dtype="bfloat16", pi05=variant == "pi05"))
+def test_bfloat16_towers_keep_vision_and_norms_in_float32_and_stay_near_lerobot(variant: str) -> None:
+    directory = ROOT / f"lerobot_{variant}_tiny"
+    config = attrs.evolve(Pi0Config.from_json(directory / "ckpt" / "config.json"), dtype="bfloat16")
+    model, _ = load_pi0(directory / "ckpt", config=config)
     towers = model.paligemma_with_expert
     assert towers.gemma_expert.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
     norm = towers.gemma_expert.model.layers[0].input_layernorm
@@ -302,11 +304,15 @@ def test_bfloat16_towers_keep_vision_and_norms_in_float32(variant: str) -> None:
     assert towers.paligemma.model.language_model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
     assert towers.paligemma.model.vision_tower.embeddings.patch_embedding.weight.dtype == torch.float32
     assert model.action_out_proj.weight.dtype == torch.float32
-    ref, images, masks = _reference()
+    ref, images, masks = _reference(variant)
     with torch.no_grad():
-        prefix = model.encode_prefix(images, masks, ref["tokens"], ref["token_mask"])
-        v = model.velocity(ref["noise"], ref["time"], prefix, ref["state"])
-    assert v.dtype == torch.float32 and torch.isfinite(v).all()
+        prefix = model.eval().encode_prefix(images, masks, ref["tokens"], ref["token_mask"])
+        sampled = model.sample_actions(
+            prefix, None if config.pi05 else ref["state"], ref["noise"], num_steps=3
+        )
+    assert sampled.dtype == torch.float32
+    # LeRobot's float32 chunk: bfloat16 towers stay within a few per mille here (0.4 % measured).
+    assert (sampled - ref["sampled"]).norm() / ref["sampled"].norm() < 0.02
 
 
 def test_published_size_builds_on_the_meta_device_with_published_shapes() -> None:
