@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from rlinf_core.config import ConfigField, config_reference
-from rlinf_runners.apps import APPS
+from rlinf_runners.apps import APPS, EmbodiedSFTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "config.md"
@@ -33,8 +33,8 @@ paragraph of the field's docstring. `key[]` rows describe each member of a list.
 
 
 def root_classes() -> dict[str, type]:
-    """The root config class of every app, by app name (``rlinf_runners.apps.APPS``)."""
-    return {name: app.config_cls for name, app in APPS.items()}
+    """The root config class of every app, by app name (``rlinf_runners.apps.APPS``), and of embodied SFT."""
+    return {name: app.config_cls for name, app in APPS.items()} | {"embodied_sft": EmbodiedSFTConfig}
 
 
 def _missing(field: ConfigField) -> str:

@@ -23,6 +23,7 @@ import attrs
 import torch
 from rlinf_core.protocols import obs_index
 from rlinf_models import OptimConfig
+from rlinf_models.actor import adamw, lr_scale
 
 from ._base import Runner, StepCallback
 from ._config import RunnerConfig
@@ -108,17 +109,10 @@ class EmbodiedSFTRunner(Runner):
         self.batch_size = min(batch_size, len(train))
         self.clip_grad = optim.clip_grad
         self.device = train.actions.device
-        self.optimizer = torch.optim.AdamW(
-            policy.parameters(),
-            lr=optim.lr,
-            betas=(optim.adam_beta1, optim.adam_beta2),
-            eps=optim.adam_eps,
-            weight_decay=optim.weight_decay,
-        )
-        total = max(cfg.total_steps, 1)
-        linear = optim.lr_schedule == "linear"
+        self.optimizer = adamw(policy.parameters(), optim)
+        schedule, total = optim.lr_schedule, cfg.total_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: max(0.0, 1.0 - step / total) if linear else 1.0
+            self.optimizer, lambda step: lr_scale(schedule, step, total)
         )
         self.generator = torch.Generator().manual_seed(seed)
         self._order = torch.empty(0, dtype=torch.long)

@@ -8,6 +8,7 @@ from ._checkpoint import (
     checkpoint_step,
     find_latest_checkpoint,
     is_complete,
+    replace_directory,
     resolve_resume_dir,
     restore_rng_state,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "checkpoint_step",
     "find_latest_checkpoint",
     "is_complete",
+    "replace_directory",
     "resolve_resume_dir",
     "restore_rng_state",
 ]

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +247,26 @@ def restore_rng_state(blob: bytes) -> None:
         torch.set_rng_state(state["torch"])
         if "torch_cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
+def replace_directory(target: Path, fill: Callable[[Path], None]) -> None:
+    """Run ``fill(staging)`` on a fresh sibling directory, then rename it to ``target`` (replacing it).
+
+    An existing ``target`` is moved aside first and deleted after the rename; when ``fill`` raises, the staging
+    directory is removed and ``target`` is left as it was.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.mkdir()
+        fill(staging)
+        old = None
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(target, old)
+        os.rename(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

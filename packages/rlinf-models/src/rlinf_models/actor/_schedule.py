@@ -24,15 +24,19 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from .._config import OptimConfig
 
 __all__ = [
     "SUM_PREFIX",
     "MetricMeans",
     "accumulate_gradients",
+    "adamw",
     "check_layout",
     "clip_gradients",
     "loss_shares",
@@ -296,6 +300,20 @@ def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float | None) -
     norm = nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf)
     full = getattr(norm, "full_tensor", None)
     return float(full() if callable(full) else norm)
+
+
+def adamw(params: Iterable[Any], optim: OptimConfig, *, lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW with ``actor.optim``'s betas, epsilon and weight decay over ``params`` (tensors or param groups).
+
+    ``lr``: the learning rate of groups that set none (default ``optim.lr``).
+    """
+    return torch.optim.AdamW(
+        params,
+        lr=optim.lr if lr is None else lr,
+        betas=(optim.adam_beta1, optim.adam_beta2),
+        eps=optim.adam_eps,
+        weight_decay=optim.weight_decay,
+    )
 
 
 def lr_scale(schedule: str, train_steps: int, total_steps: int | None) -> float:

@@ -47,6 +47,7 @@ from .._config import EmbodiedActorConfig
 from ..actor import (
     MetricMeans,
     accumulate_gradients,
+    adamw,
     check_layout,
     clip_gradients,
     lr_scale,
@@ -166,12 +167,7 @@ class EmbodiedPPOTrainer:
         if critic:
             value_lr = optim.value_lr or optim.lr
             groups.append({"params": critic, "lr": value_lr, "initial_lr": value_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups,
-            betas=(optim.adam_beta1, optim.adam_beta2),
-            eps=optim.adam_eps,
-            weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(groups, optim)
         # Same seed on every rank: it only draws the per-epoch key of the stratified shuffle (see module doc).
         self.generator = torch.Generator().manual_seed(actor.seed)
         self.optimizer_steps = 0

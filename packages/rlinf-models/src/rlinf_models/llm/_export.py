@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rlinf_core.checkpoint import CheckpointError, find_latest_checkpoint, is_complete
+from rlinf_core.checkpoint import CheckpointError, find_latest_checkpoint, is_complete, replace_directory
 
-from .._files import replace_directory
 from ._config import LLMModelConfig
 from ._lora import ADAPTER_DIR, has_lora_weights, merge_lora_state, write_peft_adapter
 

@@ -30,11 +30,11 @@ from rlinf_algos import (
     kl_penalty,
     policy_loss,
 )
+from rlinf_core.checkpoint import replace_directory
 from rlinf_core.config import AlgorithmConfig
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-from .._files import replace_directory
 from .._fsdp import (
     full_model_state_dict,
     full_optimizer_state_dict,

@@ -23,6 +23,7 @@ from rlinf_core.protocols import EnvSpec, ObsSpec, obs_index, obs_len, obs_map
 
 from .._config import EmbodiedActorConfig, ExpertConfig
 from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
+from ..actor import adamw
 from ..policies import ActorCritic, FlowPolicy, SquashedGaussianPolicy, build_inference_policy
 from ..policies._encoders import TensorObs
 from ..policies._weights import load_policy_weights
@@ -119,13 +120,7 @@ class DAggerTrainer:
             (lambda obs: {k: obs[k] for k in keys}) if keys is not None else (lambda obs: obs)
         )
         optim = actor.optim
-        self.optimizer = torch.optim.AdamW(
-            policy.parameters(),
-            lr=optim.lr,
-            betas=(optim.adam_beta1, optim.adam_beta2),
-            eps=optim.adam_eps,
-            weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(policy.parameters(), optim)
         rb = algorithm.replay_buffer
         self.buffer = ReplayBuffer(
             rb.cache_size, sample_window_size=rb.sample_window_size, min_size=rb.min_buffer_size, seed=rb.seed

@@ -52,6 +52,7 @@ from .._fsdp import (
     load_full_model_state_dict,
     load_full_optimizer_state_dict,
 )
+from ..actor import adamw
 from ..policies import QEnsemble, SquashedGaussianPolicy
 from ..policies._encoders import TensorObs, random_shift
 from ._buffer import ReplayBuffer, SymmetricSampler
@@ -189,15 +190,8 @@ class SACTrainer:
         self._aug_keys = _augmented_keys(spec, actor.model.image_aug)
         self.aug_pad = actor.model.image_aug_pad
         optim = actor.optim
-        kwargs: dict[str, Any] = {
-            "betas": (optim.adam_beta1, optim.adam_beta2),
-            "eps": optim.adam_eps,
-            "weight_decay": optim.weight_decay,
-        }
-        self.actor_optimizer = torch.optim.AdamW(policy.parameters(), lr=optim.lr, **kwargs)
-        self.critic_optimizer = torch.optim.AdamW(
-            self.critic.parameters(), lr=optim.value_lr or optim.lr, **kwargs
-        )
+        self.actor_optimizer = adamw(policy.parameters(), optim)
+        self.critic_optimizer = adamw(self.critic.parameters(), optim, lr=optim.value_lr or optim.lr)
         tuning = algorithm.entropy_tuning
         self.alpha_type = tuning.alpha_type
         init = sac_alpha_param_init(tuning.initial_alpha, alpha_type=tuning.alpha_type)

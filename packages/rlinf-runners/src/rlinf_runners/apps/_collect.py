@@ -18,13 +18,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SCRIPTED_EXPERTS", "expert_env", "main", "record_episodes", "scripted_expert_for"]
+__all__ = [
+    "SCRIPTED_EXPERTS",
+    "expert_env",
+    "main",
+    "record_episodes",
+    "scripted_expert_for",
+    "write_dataset",
+]
 
 DEFAULT_SEED = 8_000_000
 """Reset seed of the first recorded episodes: far from the training and evaluation seeds of the configs."""
@@ -149,6 +156,37 @@ def record_episodes(
     return kept, outcomes
 
 
+def write_dataset(
+    root: Path, spec: Any, episodes: Sequence[Mapping[str, Any]], *, fps: int, task: str
+) -> Path:
+    """Write :func:`record_episodes`' episodes as a LeRobot dataset at ``root`` (replacing it); returns ``root``.
+
+    ``task`` is the task string of episodes for which the env reported none.
+    """
+    from rlinf_core.data.lerobot import LeRobotFeature, LeRobotWriter
+    from rlinf_core.protocols import obs_stack
+
+    from ._lerobot import ACTION, DONE, REWARD, action_feature, observation_features
+
+    obs_features = observation_features(spec)
+    features: dict[str, LeRobotFeature] = dict(obs_features.values())
+    features |= {
+        ACTION: action_feature(spec),
+        REWARD: LeRobotFeature("float32", (1,)),
+        DONE: LeRobotFeature("bool", (1,)),
+    }
+    writer = LeRobotWriter(root, fps=fps, features=features)
+    for episode in episodes:
+        obs = obs_stack(episode["obs"])
+        frames = {name: (obs[key] if key is not None else obs) for key, (name, _) in obs_features.items()}
+        length = len(episode["reward"])
+        frames[ACTION] = np.asarray(episode["action"]).reshape(length, -1)
+        frames[REWARD] = np.asarray(episode["reward"], dtype=np.float32)
+        frames[DONE] = np.arange(length) == length - 1
+        writer.add_episode(frames, episode.get("task") or task)
+    return writer.write()
+
+
 def _policy_chooser(cfg: Any, spec: Any, checkpoint: Path, *, sample: bool) -> Callable[[Any], np.ndarray]:
     import torch
     from rlinf_core.protocols import obs_map
@@ -222,11 +260,8 @@ def main(argv: list[str], *, app_dir: Path) -> int:
     """Record the episodes and write the dataset; 1 when no episode was kept, 2 for bad arguments."""
     args, overrides = _parse(argv)
     from rlinf_core.config import ConfigError, load_config
-    from rlinf_core.data.lerobot import LeRobotFeature, LeRobotWriter
-    from rlinf_core.protocols import obs_stack
 
     from ._embodied import EmbodiedApp, EmbodiedConfig
-    from ._lerobot import ACTION, DONE, REWARD, action_feature, observation_features
 
     app = EmbodiedApp(app_dir)
     config = args.config or app.config_dir / f"{args.config_name.removesuffix('.yaml')}.yaml"
@@ -286,22 +321,8 @@ def main(argv: list[str], *, app_dir: Path) -> int:
     if not kept:
         print("no episode kept: nothing written", file=sys.stderr)
         return 1
-    obs_features = observation_features(spec)
-    features: dict[str, LeRobotFeature] = dict(obs_features.values())
-    features |= {
-        ACTION: action_feature(spec),
-        REWARD: LeRobotFeature("float32", (1,)),
-        DONE: LeRobotFeature("bool", (1,)),
-    }
-    writer = LeRobotWriter(args.out, fps=args.fps, features=features)
-    for episode in kept:
-        obs = obs_stack(episode["obs"])
-        frames = {name: (obs[key] if key is not None else obs) for key, (name, _) in obs_features.items()}
-        length = len(episode["reward"])
-        frames[ACTION] = np.asarray(episode["action"]).reshape(length, -1)
-        frames[REWARD] = np.asarray(episode["reward"], dtype=np.float32)
-        frames[DONE] = np.arange(length) == length - 1
-        writer.add_episode(frames, args.task or episode["task"] or cfg.env.train.env_id)
-    root = writer.write()
+    if args.task:
+        kept = [{**episode, "task": args.task} for episode in kept]
+    root = write_dataset(args.out, spec, kept, fps=args.fps, task=cfg.env.train.env_id)
     print(f"wrote {len(kept)} episodes ({sum(len(e['reward']) for e in kept)} frames) to {root}")
     return 0

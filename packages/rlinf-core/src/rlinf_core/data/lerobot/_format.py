@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
+
+from ...checkpoint import replace_directory
 
 try:
     import pyarrow as pa
@@ -133,16 +132,6 @@ def _stats(feature: LeRobotFeature, values: np.ndarray) -> dict[str, list[Any]]:
     return {k: v.tolist() for k, v in out.items()}
 
 
-def _replace_dir(target: Path, staging: Path) -> None:
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 class LeRobotWriter:
     """Collect episodes, then write a LeRobot v3.0 dataset directory at once (:meth:`write`).
 
@@ -216,15 +205,7 @@ class LeRobotWriter:
         """
         if not self._episodes:
             raise ValueError(f"no episode to write to {self.root}")
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        staging = self.root.parent / f".{self.root.name}.staging-{uuid.uuid4().hex[:8]}"
-        try:
-            staging.mkdir()
-            self._write_into(staging)
-            _replace_dir(self.root, staging)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        replace_directory(self.root, self._write_into)
         return self.root
 
     def _write_into(self, root: Path) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rlinf_algos import get_loss_agg_func, kl_penalty, policy_loss
+from rlinf_core.checkpoint import replace_directory
 from rlinf_core.config import AlgorithmConfig
 
 try:
@@ -57,7 +58,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'the Megatron backend needs megatron-core and safetensors ({e}): pip install "rlinf-models[megatron,hf]"'
     ) from e
 
-from ..._files import replace_directory
 from ...actor import MetricMeans, lr_scale, resumed_schedule_total, run_update, shuffled_minibatches
 from .._batch import check_batch, corrected_advantages
 from .._config import LLMActorConfig
