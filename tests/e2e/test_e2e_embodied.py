@@ -88,6 +88,13 @@ def test_resume_continues_at_the_next_step(app: EmbodiedApp, cluster: Any, tmp_p
     )
     with pytest.raises(ConfigError, match=r"actor\.model: the checkpoint .* was saved with"):
         _cfg(app, tmp_path, "runner.resume_dir=auto", "actor.model.hidden_sizes=[7]")
+    # A checkpoint saved before a field existed (absent from its config) still fits while the field keeps its
+    # default; set to something else, the field makes it incompatible.
+    del meta["config"]["actor"]["model"]["noise_level"]
+    (tmp_path / "checkpoints" / "global_step_3" / "meta.json").write_text(json.dumps(meta))
+    _cfg(app, tmp_path, "runner.resume_dir=auto")
+    with pytest.raises(ConfigError, match=r"'noise_level': 0\.9"):
+        _cfg(app, tmp_path, "runner.resume_dir=auto", "actor.model.noise_level=0.9")
     # Standalone evaluation of a checkpoint.
     metrics = run_app(app, _cfg(app, tmp_path, "runner.max_epochs=3"), cluster=cluster, evaluate_only="auto")
     assert metrics["eval/checkpoint_step"] == 3 and metrics["eval/num_episodes"] == 4

@@ -132,12 +132,18 @@ class App(abc.ABC, Generic[C]):
         if not isinstance(saved, Mapping):
             return
         given = unstructure_config(cfg)
+        try:
+            defaults: Mapping[str, Any] = unstructure_config(type(cfg)())
+        except (TypeError, ValueError):
+            defaults = {}
         problems = []
         for key in self.checkpoint_keys:
             old, new = (
                 _lookup(saved, key, self.checkpoint_ignored_keys),
                 _lookup(given, key, self.checkpoint_ignored_keys),
             )
+            if old is not _MISSING:
+                new = _without_later_defaults(old, new, _lookup(defaults, key))
             if old is not _MISSING and old != new:
                 problems.append(
                     f"{key}: the checkpoint {checkpoint} was saved with {old!r}, this config has {new!r}; "
@@ -239,6 +245,26 @@ def _lookup(tree: Mapping[str, Any], dotted: str, ignored: Sequence[str] = ()) -
             if isinstance(inner, dict):
                 inner.pop(last, None)
     return value
+
+
+def _without_later_defaults(old: Any, new: Any, default: Any) -> Any:
+    """``new`` without the mapping entries ``old`` lacks that hold their default value.
+
+    A field added to a config after a checkpoint was saved is absent from the checkpoint's config; at its default
+    it behaves as the code did before the field existed, so it does not make the checkpoint incompatible.
+    """
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    out = {}
+    for name, value in new.items():
+        fallback = default.get(name, _MISSING) if isinstance(default, dict) else _MISSING
+        if name not in old:
+            if value == fallback:
+                continue
+            out[name] = value
+        else:
+            out[name] = _without_later_defaults(old[name], value, fallback)
+    return out
 
 
 def _preload(app: App[C], cfg: C) -> None:
