@@ -10,7 +10,10 @@ evaluates. ``rlinf_runners.cli.main`` is the command line over them::
     result = run_app(app, cfg)
 """
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlinf_core import lazy_exports
 
 from ._agent import AgentApp, AgentConfig
 from ._app import App, AppRunner, OnStep, WorkerClasses, resolve_checkpoint, run_app
@@ -20,8 +23,27 @@ from ._demos import main as make_demos
 from ._embodied import EmbodiedApp, EmbodiedConfig
 from ._llm import LLMApp
 from ._reasoning import ReasoningApp, ReasoningConfig
-from ._sft import EmbodiedSFTConfig, SFTDataConfig, run_sft
-from ._sft import main as sft
+
+if TYPE_CHECKING:
+    from ._sft import EmbodiedSFTConfig, SFTDataConfig, run_sft
+
+# The SFT app reads LeRobot datasets (pyarrow): imported on first use, not by every training command.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "EmbodiedSFTConfig": "._sft",
+        "SFTDataConfig": "._sft",
+        "run_sft": "._sft",
+    },
+)
+
+
+def sft(argv: list[str], *, app_dir: Path) -> int:
+    """The command behind ``apps/embodied/sft.py`` (see ``rlinf_runners.apps._sft``)."""
+    from ._sft import main
+
+    return main(argv, app_dir=app_dir)
+
 
 APPS: dict[str, type[App[Any]]] = {
     "embodied": EmbodiedApp,
