@@ -224,6 +224,7 @@ def main(argv: list[str], *, app_dir: Path) -> int:
     from rlinf_core.config import ConfigError, load_config
     from rlinf_core.data.lerobot import LeRobotFeature, LeRobotWriter
     from rlinf_core.protocols import obs_stack
+    from rlinf_envs import describe_tasks
 
     from ._embodied import EmbodiedApp, EmbodiedConfig
     from ._lerobot import ACTION, DONE, REWARD, action_feature, observation_features
@@ -237,7 +238,7 @@ def main(argv: list[str], *, app_dir: Path) -> int:
         print(e, file=sys.stderr)
         return 2
     env = expert_env(cfg, args.num_envs, auto_reset=True)
-    spec = env.spec
+    spec = describe_tasks(env.spec, cfg.env.train)
     try:
         choose: Callable[[Any], np.ndarray]
         if expert is not None:
