@@ -53,9 +53,14 @@ TINY_PI0 = Pi0Config(
 """The architecture :func:`make_tiny_pi0` writes (π0; ``pi05=True`` for π0.5): a few thousand parameters."""
 
 
-def write_char_tokenizer(path: str | Path) -> Path:
-    """Write a character-level PaliGemma-style tokenizer (adds ``<bos>``) to the directory ``path``."""
-    vocab = {token: i for i, token in enumerate((*_SPECIALS, *_CHARS))}
+def write_char_tokenizer(path: str | Path, chars: str | None = None) -> Path:
+    """Write a character-level PaliGemma-style tokenizer (adds ``<bos>``) to the directory ``path``.
+
+    ``chars``: its characters (default: printable ASCII; others become ``<unk>``). The vocabulary is
+    ``<pad>``, ``<bos>``, ``<unk>``, then the characters: ``3 + len(chars)`` ids.
+    """
+    alphabet = _CHARS if chars is None else tuple(dict.fromkeys(chars))
+    vocab = {token: i for i, token in enumerate((*_SPECIALS, *alphabet))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
