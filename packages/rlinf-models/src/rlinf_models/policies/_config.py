@@ -70,17 +70,18 @@ class PolicyConfig:
     denoising_steps: int = attrs.field(default=4, validator=v.ge(1))
     """``flow``, ``pi0``, ``pi05``: Euler steps from noise to an action chunk."""
     noise_method: Literal["flow_sde", "flow_noise"] = "flow_sde"
-    """``flow``: how training rollouts explore and what the log-probability is. ``flow_sde`` (πRL's Flow-SDE): the
-    ODE turned into an SDE with the same marginals, stochastic steps of std ``noise_level·sqrt(t/(1-t))·sqrt(δ)``;
-    ``flow_noise`` (πRL's Flow-Noise): the ODE steps plus Gaussian noise whose std a learned noise head predicts."""
+    """``flow``, ``pi0``, ``pi05``: how training rollouts explore and what the log-probability is. ``flow_sde``
+    (πRL's Flow-SDE): the ODE turned into an SDE with the same marginals, stochastic steps of std
+    ``noise_level·sqrt(t/(1-t))·sqrt(δ)``; ``flow_noise`` (πRL's Flow-Noise): the ODE steps plus Gaussian noise
+    whose std a learned noise head predicts."""
     noise_level: float = attrs.field(default=0.5, validator=v.gt(0))
     """``flow_sde``: the noise level ``a`` scaling the SDE's diffusion (larger: more exploration)."""
     noise_logvar_range: tuple[float, float] = (0.08, 0.16)
     """``flow_noise``: ``[min_std, max_std]`` of the learned noise head's standard deviation (RLinf's key name)."""
     joint_logprob: bool | None = None
-    """``flow``: ``true``: every denoising step is stochastic and the log-probability is the whole chain's;
-    ``false``: one step per sample, drawn at random, is (πRL's hybrid ODE-SDE sampling). ``null``: ``false`` for
-    ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
+    """``flow``, ``pi0``, ``pi05``: ``true``: every denoising step is stochastic and the log-probability is the
+    whole chain's; ``false``: one step per sample, drawn at random, is (πRL's hybrid ODE-SDE sampling). ``null``:
+    ``false`` for ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
     time_embed_dim: int = attrs.field(default=16, validator=v.ge(2))
     """``flow``: width of the sinusoidal embedding of the denoising time (even)."""
     add_q_head: bool = False
