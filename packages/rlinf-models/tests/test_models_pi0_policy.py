@@ -214,5 +214,10 @@ def test_bad_combinations_name_the_field(tokenizer_dir: Path) -> None:
     )  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="2 task descriptions but no 'task_index' entry"):
         build_policy(no_index, _config("pi0", tokenizer_dir))
+    policy = _policy("pi0", tokenizer_dir)
+    with pytest.raises(
+        ValueError, match=r"π0 policy's log-probability needs .*'chains', 'denoise_mask'.*got None"
+    ):
+        policy.evaluate(_obs(), torch.zeros(4, 3, 7), None)
     with pytest.raises(FileNotFoundError, match="norm_stats_path"):
         _policy("pi0", tokenizer_dir, norm_stats_path=str(tokenizer_dir / "absent.json"))

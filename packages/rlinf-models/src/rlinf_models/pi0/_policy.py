@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ..flow import chain_log_prob, sample_chain, select_denoise_steps
 from ..policies import PolicyConfig, PolicyOutput
+from ..policies._flow import FORWARD_INPUT_KEYS, require_chain
 from ._checkpoint import load_pi0
 from ._inputs import (
     NormStats,
@@ -47,7 +48,7 @@ from ._model import Pi0Model, PrefixCache
 
 __all__ = ["PI0_FORWARD_INPUT_KEYS", "Pi0Policy", "load_norm_stats"]
 
-PI0_FORWARD_INPUT_KEYS = ("chains", "denoise_mask")
+PI0_FORWARD_INPUT_KEYS = FORWARD_INPUT_KEYS
 """``PolicyOutput.forward_inputs`` of :meth:`Pi0Policy.act`: ``chains [N, K+1, chunk_size, max_action_dim]`` (the
 normalised, padded denoising chain, initial noise first) and ``denoise_mask [N, K]`` (its stochastic steps)."""
 
@@ -245,12 +246,7 @@ class Pi0Policy(nn.Module):
         Raises:
             ValueError: without ``forward_inputs`` (the rollout batch lost the chain).
         """
-        if forward_inputs is None or any(k not in forward_inputs for k in PI0_FORWARD_INPUT_KEYS):
-            have = None if forward_inputs is None else sorted(forward_inputs)
-            raise ValueError(
-                f"the π0 policy's log-probability needs the rollout's forward_inputs {list(PI0_FORWARD_INPUT_KEYS)}, "
-                f"got {have}"
-            )
+        forward_inputs = require_chain(forward_inputs, "the π0 policy")
         cond = self._encode(obs)
         logprobs, entropy = chain_log_prob(
             self.field,
