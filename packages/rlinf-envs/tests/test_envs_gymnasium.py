@@ -5,6 +5,7 @@ import subprocess
 import sys
 from typing import Any
 
+import attrs
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -169,6 +170,19 @@ def test_driver_side_spec_matches_the_vec_env(env_id: str) -> None:
 
     cfg = VecEnvConfig(env_type="gymnasium", env_id=env_id, total_num_envs=2, max_steps_per_rollout_epoch=4)
     assert env_spec_without_worker(cfg) == GymnasiumVecEnv(env_id, 2).spec
+
+
+def test_single_task_envs_are_described_by_their_config_or_id() -> None:
+    from rlinf_envs import VecEnvConfig, describe_tasks
+
+    spec = GymnasiumVecEnv("Pendulum-v1", 2).spec
+    assert spec.task_descriptions is None
+    cfg = VecEnvConfig(env_id="Pendulum-v1")
+    assert describe_tasks(spec, cfg).task_descriptions == ("Pendulum-v1",)
+    told = attrs.evolve(cfg, task_description="swing the pendulum up")
+    described = describe_tasks(spec, told)
+    assert described.task_descriptions == ("swing the pendulum up",)
+    assert describe_tasks(described, cfg) == described  # an env's own descriptions are kept
 
 
 def test_no_driver_side_spec_for_maniskill() -> None:

@@ -141,6 +141,8 @@ def test_env_config_problems_name_the_key_and_the_allowed_values() -> None:
     assert p.endswith("allowed: 0 <= start < stop <= 50")
     (p,) = _problems(env_id="libero_spatial", obs_mode="depth")
     assert p == "env.eval.obs_mode: 'depth' is not an observation mode of libero; allowed: state, rgb"
+    (p,) = _problems(env_id="libero_spatial", task_description="pick up the bowl")
+    assert p == "env.eval.task_description: LIBERO suites carry one instruction per task; set it to null"
     (p,) = env_config_problems(EnvConfig(eval=VecEnvConfig(obs_mode="rgb")))
     assert p == "env.eval.obs_mode: 'rgb' is not an observation mode of gymnasium; allowed: state"
     with pytest.raises(ValueError, match="at least one task id"):
@@ -189,7 +191,9 @@ def test_make_vec_env_and_the_driver_side_spec_agree() -> None:
         "rgb": ((128, 128, 3), "uint8"),
         "wrist_rgb": ((128, 128, 3), "uint8"),
         "state": ((8,), "float32"),
+        "task_index": ((1,), "int16"),
     }
+    assert spec.task_descriptions == tuple(t.instruction for t in suite_tasks("libero_goal"))
     assert spec.action_dim == 7 and spec.action_low == (-1.0,) * 7 and spec.action_high == (1.0,) * 7
 
 
@@ -357,8 +361,9 @@ def test_rgb_observations_are_upright_camera_images() -> None:
     env = LiberoVecEnv("libero_spatial", 1, obs_mode="rgb", image_size=64, task_ids=[0], settle_steps=0)
     obs = env.reset(seed=0)
     np.testing.assert_array_equal(env.render(), obs["rgb"])  # render(): the same camera, for videos
-    assert list(obs) == ["rgb", "wrist_rgb", "state"] and env.spec.obs_dict is not None
-    assert list(env.spec.obs_dict) == ["rgb", "wrist_rgb", "state"]
+    assert list(obs) == ["rgb", "wrist_rgb", "state", "task_index"] and env.spec.obs_dict is not None
+    assert list(env.spec.obs_dict) == ["rgb", "wrist_rgb", "state", "task_index"]
+    assert obs["task_index"].tolist() == [[0]] and obs["task_index"].dtype == np.int16
     for key in ("rgb", "wrist_rgb"):
         assert obs[key].shape == (1, 64, 64, 3) and obs[key].dtype == np.uint8 and obs[key].std() > 10
     assert obs["state"].shape == (1, 8) and obs["state"].dtype == np.float32

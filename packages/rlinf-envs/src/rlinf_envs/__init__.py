@@ -12,7 +12,7 @@ from rlinf_core import lazy_exports
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig, VideoConfig
-from ._factory import env_config_problems, env_spec_without_worker, make_vec_env
+from ._factory import describe_tasks, env_config_problems, env_spec_without_worker, make_vec_env
 from ._process import prepare_process_env
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ __all__ = [
     "VecEnvConfig",
     "VideoConfig",
     "__version__",
+    "describe_tasks",
     "env_config_problems",
     "env_spec_without_worker",
     "make_vec_env",

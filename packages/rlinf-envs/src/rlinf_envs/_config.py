@@ -129,6 +129,10 @@ class VecEnvConfig:
     camera_name: str | None = None
     """Meta-World camera of ``obs_mode: rgb``: ``topview``, ``corner``, ``corner2``, ``corner3``, ``corner4``,
     ``behindGripper`` or ``gripperPOV`` (``null``: ``corner4``, the view RLinf's Meta-World env renders)."""
+    task_description: str | None = None
+    """The language instruction of a single-task env (``EnvSpec.task_descriptions``, what a VLA policy is
+    prompted with), e.g. ``"pick up the red cube"``; ``null``: the env id. LIBERO suites bring their own
+    instructions and refuse it."""
 
     def __attrs_post_init__(self) -> None:
         if self.total_num_envs % self.group_size:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.util
@@ -11,7 +12,7 @@ from rlinf_core.protocols import EnvSpec, VecEnv
 
 from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
-__all__ = ["env_config_problems", "env_spec_without_worker", "make_vec_env"]
+__all__ = ["describe_tasks", "env_config_problems", "env_spec_without_worker", "make_vec_env"]
 
 _EXTRA = {
     "gymnasium": "rlinf-envs[gymnasium]",
@@ -86,6 +87,10 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
             if split.env_type == "libero":
                 from .libero import pool_problems
 
+                if split.task_description is not None:
+                    problems.append(
+                        f"{where}.task_description: LIBERO suites carry one instruction per task; set it to null"
+                    )
                 problems += pool_problems(env_id, split.task_ids, split.init_state_range, where=f"{where}.")
             if split.env_type == "metaworld":
                 problems += _camera_problems(where, split)
@@ -135,6 +140,17 @@ def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
         f"{where}.control_mode: {split.control_mode!r} is not a controller of {split.env_id}'s robot; "
         f"allowed: {', '.join(modes)}"
     ]
+
+
+def describe_tasks(spec: EnvSpec, cfg: VecEnvConfig) -> EnvSpec:
+    """``spec`` with ``task_descriptions``: the backend's own, else ``(cfg.task_description or cfg.env_id,)``.
+
+    What ``EnvWorker.get_spec`` reports and the policies are built with (a VLA policy prompts with them).
+    """
+    if spec.task_descriptions is not None:
+        return spec
+    description = cfg.task_description if cfg.task_description is not None else cfg.env_id
+    return dataclasses.replace(spec, task_descriptions=(description,))
 
 
 def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:

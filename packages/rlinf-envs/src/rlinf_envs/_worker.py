@@ -36,7 +36,7 @@ from rlinf_core.protocols import (
 from rlinf_scheduler import Channel, Worker, peer_slices
 
 from ._config import EnvConfig, VecEnvConfig
-from ._factory import make_vec_env
+from ._factory import describe_tasks, make_vec_env
 from ._video import EpisodeVideos, frames_of
 
 __all__ = ["CHECKPOINT_SUBDIR", "EnvWorker"]
@@ -123,7 +123,7 @@ class EnvWorker(Worker):
         ]
         self._eval: list[VecEnv] | None = None
         self._resets = 0
-        self.spec: EnvSpec = self._train[0].env.spec
+        self.spec: EnvSpec = describe_tasks(self._train[0].env.spec, cfg.train)
 
     def _seed(self, split: VecEnvConfig, stage: int, n: int) -> int:
         # Global index of this (stage, rank) slice's first env, counted in groups (env i: seed + i // group).

@@ -40,6 +40,9 @@ class EnvSpec:
         action_high: upper bounds, shape ``[action_dim]`` (continuous only).
         obs_dtype: element type of an array observation (``float32``, or ``uint8`` for one image).
         obs_dict: the entries of a dict observation (``None``: array observations).
+        task_descriptions: the language instruction of each task the env can pose, indexed by the observation's
+            integer ``task_index`` entry where it has one (LIBERO suites); a single-task env has one (its config's
+            ``task_description`` or its env id). What a vision-language-action policy is prompted with.
     """
 
     obs_shape: tuple[int, ...]
@@ -50,6 +53,7 @@ class EnvSpec:
     action_high: tuple[float, ...] | None = None
     obs_dtype: str = "float32"
     obs_dict: Mapping[str, ObsSpec] | None = None
+    task_descriptions: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.obs_dict is not None and self.obs_shape != ():

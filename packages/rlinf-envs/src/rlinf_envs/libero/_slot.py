@@ -176,6 +176,7 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
                     "rgb": gym.spaces.Box(0, 255, size, np.uint8),
                     "wrist_rgb": gym.spaces.Box(0, 255, size, np.uint8),
                     "state": gym.spaces.Box(-np.inf, np.inf, (RGB_STATE_DIM,), np.float32),
+                    "task_index": gym.spaces.Box(0, np.iinfo(np.int16).max, (1,), np.int16),
                 }
             )
         else:
@@ -276,6 +277,8 @@ class LiberoSlot(gym.Env[Any, np.ndarray]):
                         raw["robot0_gripper_qpos"],
                     ]
                 ).astype(np.float32),
+                # Which instruction of EnvSpec.task_descriptions the env is posed (what a VLA is prompted with).
+                "task_index": np.array([self._task.index], dtype=np.int16),
             }
         out = np.zeros(self._state_dim, dtype=np.float32)
         proprio = np.asarray(raw["robot0_proprio-state"], dtype=np.float32)

@@ -28,7 +28,7 @@ __all__ = [
 
 OBS_MODES = ("state", "rgb")
 INIT_STATE_SAMPLING = ("random", "sequential")
-_RGB_KEYS = ("rgb", "wrist_rgb", "state")
+_RGB_KEYS = ("rgb", "wrist_rgb", "state", "task_index")
 _ACTION_DIM = 7
 
 
@@ -55,20 +55,27 @@ def libero_spec(
     """The :class:`EnvSpec` of a LIBERO suite, computed from the task files (no simulator is built).
 
     ``state``: ``[39 + 14 * max_objects + num_tasks]`` float32; ``rgb``: ``{"rgb", "wrist_rgb": [H, W, 3] uint8,
-    "state": [8] float32}`` (``image_size`` ``(H, W)``, default 128x128). Actions: 7-D in ``[-1, 1]``.
+    "state": [8] float32, "task_index": [1] int16}`` (``image_size`` ``(H, W)``, default 128x128). Actions: 7-D in
+    ``[-1, 1]``. ``task_descriptions``: the suite's instructions, indexed by task id (``task_index``).
     """
     size = _image_size(image_size)
     if obs_mode == "rgb":
         image = ObsSpec((*size, 3), "uint8")
         obs: dict[str, Any] = {
             "obs_shape": (),
-            "obs_dict": {"rgb": image, "wrist_rgb": image, "state": ObsSpec((RGB_STATE_DIM,))},
+            "obs_dict": {
+                "rgb": image,
+                "wrist_rgb": image,
+                "state": ObsSpec((RGB_STATE_DIM,)),
+                "task_index": ObsSpec((1,), "int16"),
+            },
         }
     else:
         obs = {"obs_shape": (SlotConfig(suite, obs_mode, size, 0, {}).state_dim,)}
     return EnvSpec(
         action_type="continuous",
         action_dim=_ACTION_DIM,
+        task_descriptions=tuple(task.instruction for task in suite_tasks(suite)),
         action_low=(-1.0,) * _ACTION_DIM,
         action_high=(1.0,) * _ACTION_DIM,
         **obs,
@@ -115,8 +122,9 @@ class LiberoVecEnv:
     a one-hot task id over the suite's tasks (the tasks of ``libero_spatial`` share one scene: only the id tells
     which bowl to move). ``obs_mode="rgb"``: ``{"rgb": agentview camera, "wrist_rgb": eye-in-hand camera,
     [height, width, 3] uint8 (``image_size``, default 128x128), upright (LIBERO renders upside down; rotated by 180
-    degrees as RLinf does), "state": [eef position 3, eef axis-angle 3, gripper joints 2] float32}``; the
-    instruction is :meth:`task_descriptions`. :meth:`render` gives the third-person view in any mode (videos).
+    degrees as RLinf does), "state": [eef position 3, eef axis-angle 3, gripper joints 2] float32, "task_index":
+    [1] int16 the task id}``; the instruction is ``spec.task_descriptions[task_index]`` (also
+    :meth:`task_descriptions`). :meth:`render` gives the third-person view in any mode (videos).
 
     **Actions** are LIBERO's 7-D OSC_POSE commands, end-effector position and orientation deltas plus the
     gripper (-1 open, +1 close), in ``[-1, 1]`` (clipped); a chunk runs open-loop. **Reward**: 1.0 at each

@@ -185,7 +185,8 @@ class EmbodiedActorWorker(Worker):
         self.distributed = self.world_size > 1
         torch.manual_seed(actor.seed)  # identical initial weights on every rank
         policy: nn.Module = build_policy(spec, actor.model).to(self.device)
-        init_from_model_path(self, policy, actor.model.model_path)
+        if not actor.model.is_vla:  # a VLA policy reads its model_path (a checkpoint directory) itself
+            init_from_model_path(self, policy, actor.model.model_path)
         if self.distributed:
             mesh = init_distributed(self.device)
             policy = shard_module(policy, mesh, cpu_offload=actor.enable_offload)

@@ -15,7 +15,7 @@ error over the chunk's actions.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rlinf_core.config import AlgorithmConfig
@@ -28,6 +28,9 @@ from ..policies import ActorCritic, FlowPolicy, SquashedGaussianPolicy, build_in
 from ..policies._encoders import TensorObs
 from ..policies._weights import load_policy_weights
 from ._buffer import ReplayBuffer
+
+if TYPE_CHECKING:
+    from ..pi0 import Pi0Policy
 from ._trainer import _augmented_keys, shift_images
 
 __all__ = ["DAggerTrainer", "build_expert", "expert_spec"]
@@ -62,7 +65,7 @@ def expert_spec(spec: EnvSpec, expert: ExpertConfig) -> EnvSpec:
 
 def build_expert(
     spec: EnvSpec, expert: ExpertConfig, device: torch.device | None = None
-) -> ActorCritic | FlowPolicy | SquashedGaussianPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SquashedGaussianPolicy:
     """The expert policy with its checkpoint's weights, in eval mode (``act(obs, deterministic=True)``).
 
     Raises:

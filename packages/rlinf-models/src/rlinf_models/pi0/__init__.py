@@ -1,7 +1,7 @@
 """π0 / π0.5 vision-language-action models (PaliGemma + Gemma action expert) on transformers: ``[openpi]``.
 
 See docs/vla.md. ``Pi0Model`` is the network (``encode_prefix`` → ``PrefixCache``; ``velocity``; ``sample_actions``;
-``flow_matching_loss``; ``value``), ``load_pi0`` / ``save_pi0`` read and write LeRobot's checkpoint layout (and
+``flow_matching_loss``; ``value``), ``Pi0Policy`` the RL policy over it (``actor.model.model_type: pi0``), ``load_pi0`` / ``save_pi0`` read and write LeRobot's checkpoint layout (and
 read openpi's), and the ``_inputs`` helpers prepare images, normalised state/actions and instruction tokens.
 """
 
@@ -19,21 +19,25 @@ from ._inputs import (
     tokenize_prompts,
 )
 from ._model import Pi0Model, PrefixCache, attention_pattern, sinusoidal_time_embedding
+from ._policy import PI0_FORWARD_INPUT_KEYS, Pi0Policy, load_norm_stats
 
 __all__ = [
     "GEMMA_VARIANTS",
+    "PI0_FORWARD_INPUT_KEYS",
     "CheckpointMismatchError",
     "GemmaSize",
     "LoadReport",
     "NormStats",
     "Pi0Config",
     "Pi0Model",
+    "Pi0Policy",
     "PrefixCache",
     "SiglipSize",
     "attention_pattern",
     "discretize_state",
     "format_prompts",
     "load_lerobot_norm_stats",
+    "load_norm_stats",
     "load_openpi_norm_stats",
     "load_pi0",
     "load_pi0_weights",

@@ -381,6 +381,19 @@ class Pi0Model(nn.Module):
             ``[B, chunk_size, max_action_dim]`` float32 velocity ``≈ noise - actions``; an Euler step from
             ``t`` to ``t + dt`` (``dt < 0``) is ``x_t + dt * v``. Differentiable w.r.t. ``x_t`` and the weights.
         """
+        return self.project_velocity(self.expert_output(x_t, t, prefix, state))
+
+    def project_velocity(self, expert_output: Tensor) -> Tensor:
+        """:meth:`expert_output` → the float32 velocity (``action_out_proj``)."""
+        velocity: Tensor = self.action_out_proj(expert_output.to(self.action_out_proj.weight.dtype))
+        return velocity.float()
+
+    def expert_output(self, x_t: Tensor, t: Tensor, prefix: PrefixCache, state: Tensor | None) -> Tensor:
+        """The action expert's normed output on the action tokens: ``[B, chunk_size, action_expert.width]``.
+
+        :meth:`velocity` projects it; RL policies also read it for heads of their own (πRL's Flow-Noise std).
+        Arguments as for :meth:`velocity`.
+        """
         chunk = self.config.chunk_size
         if x_t.shape[1:] != (chunk, self.config.max_action_dim):
             raise ValueError(
@@ -408,8 +421,7 @@ class Pi0Model(nn.Module):
             v = torch.cat([prefix_v.to(v.dtype), v], dim=2)
             x = _layer_finish(layer, x, _attend(q, k, v, mask, layer.self_attn.scaling), gate, cond)
         out, _ = _norm(self._expert.norm, x, cond)
-        velocity: Tensor = self.action_out_proj(out[:, -chunk:].to(self.action_out_proj.weight.dtype))
-        return velocity.float()
+        return out[:, -chunk:]
 
     # --- sampling, training, value ---
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rlinf_core import lazy_exports
 
-from ._config import PolicyConfig, checkpoint_weights_file
+from ._config import VLA_MODEL_TYPES, PolicyConfig, checkpoint_weights_file
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput
@@ -35,6 +35,7 @@ __getattr__ = lazy_exports(
 )
 
 __all__ = [
+    "VLA_MODEL_TYPES",
     "ActorCritic",
     "BatchRenorm1d",
     "FlowPolicy",

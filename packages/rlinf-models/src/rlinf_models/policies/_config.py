@@ -8,7 +8,10 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
-__all__ = ["PolicyConfig", "checkpoint_weights_file"]
+__all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
+
+VLA_MODEL_TYPES = ("pi0", "pi05")
+"""``model_type`` values that load a vision-language-action checkpoint (``model_path``) as a flow policy."""
 
 
 def checkpoint_weights_file(path: str | Path) -> Path:
@@ -35,11 +38,13 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 class PolicyConfig:
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn", "resnet", "flow"] = "mlp"
+    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05"] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
     ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
     ``flow``: the flow-matching policy over vectors (an MLP velocity field; docs/flow_policy.md), for
-    continuous actions and on-policy losses."""
+    continuous actions and on-policy losses. ``pi0`` / ``pi05``: the π0 / π0.5 vision-language-action model of
+    the checkpoint directory ``model_path`` as a flow policy (docs/vla.md, "RL fine-tuning of π0/π0.5"); the
+    encoder, MLP and flow-architecture keys do not apply to it."""
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
@@ -63,19 +68,20 @@ class PolicyConfig:
     ortho_init: bool = True
     """Orthogonal initialisation as in CleanRL / SB3 PPO."""
     denoising_steps: int = attrs.field(default=4, validator=v.ge(1))
-    """``flow``: Euler steps from noise to an action chunk."""
+    """``flow``, ``pi0``, ``pi05``: Euler steps from noise to an action chunk."""
     noise_method: Literal["flow_sde", "flow_noise"] = "flow_sde"
-    """``flow``: how training rollouts explore and what the log-probability is. ``flow_sde`` (πRL's Flow-SDE): the
-    ODE turned into an SDE with the same marginals, stochastic steps of std ``noise_level·sqrt(t/(1-t))·sqrt(δ)``;
-    ``flow_noise`` (πRL's Flow-Noise): the ODE steps plus Gaussian noise whose std a learned noise head predicts."""
+    """``flow``, ``pi0``, ``pi05``: how training rollouts explore and what the log-probability is. ``flow_sde``
+    (πRL's Flow-SDE): the ODE turned into an SDE with the same marginals, stochastic steps of std
+    ``noise_level·sqrt(t/(1-t))·sqrt(δ)``; ``flow_noise`` (πRL's Flow-Noise): the ODE steps plus Gaussian noise
+    whose std a learned noise head predicts."""
     noise_level: float = attrs.field(default=0.5, validator=v.gt(0))
     """``flow_sde``: the noise level ``a`` scaling the SDE's diffusion (larger: more exploration)."""
     noise_logvar_range: tuple[float, float] = (0.08, 0.16)
     """``flow_noise``: ``[min_std, max_std]`` of the learned noise head's standard deviation (RLinf's key name)."""
     joint_logprob: bool | None = None
-    """``flow``: ``true``: every denoising step is stochastic and the log-probability is the whole chain's;
-    ``false``: one step per sample, drawn at random, is (πRL's hybrid ODE-SDE sampling). ``null``: ``false`` for
-    ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
+    """``flow``, ``pi0``, ``pi05``: ``true``: every denoising step is stochastic and the log-probability is the
+    whole chain's; ``false``: one step per sample, drawn at random, is (πRL's hybrid ODE-SDE sampling). ``null``:
+    ``false`` for ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
     time_embed_dim: int = attrs.field(default=16, validator=v.ge(2))
     """``flow``: width of the sinusoidal embedding of the denoising time (even)."""
     add_q_head: bool = False
@@ -95,17 +101,56 @@ class PolicyConfig:
     """Pretrained weights a fresh run starts from: a checkpoint directory (``.../global_step_<N>``, as the
     embodied and SFT runners write it) or its ``actor/model.pt``. A resume (``runner.resume_dir``) takes
     precedence. Shapes must match this architecture; heads the file lacks (e.g. the value head of an SFT
-    checkpoint) keep their fresh initialisation and entries this policy lacks are ignored (both logged)."""
+    checkpoint) keep their fresh initialisation and entries this policy lacks are ignored (both logged).
+    ``pi0`` / ``pi05`` (required): the model's directory in LeRobot's layout (``config.json`` +
+    ``model.safetensors``, read with ``rlinf_models.pi0.load_pi0``); it also defines the architecture, so a
+    resumed run reads it too (then loads the checkpoint's weights over it)."""
+    tokenizer_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
+    """``pi0`` / ``pi05`` (required): the directory of PaliGemma's tokenizer (``tokenizer.json`` & co.)."""
+    norm_stats_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
+    """``pi0`` / ``pi05`` (required): the state/action normalisation statistics the model was trained with:
+    openpi's ``norm_stats.json`` (entries ``state``, ``actions``) or LeRobot's
+    ``policy_preprocessor_*_normalizer_processor.safetensors`` (``observation.state``, ``action``). π0 uses
+    mean/std, π0.5 the 1%/99% quantiles."""
+    image_keys: tuple[str, ...] | None = None
+    """``pi0`` / ``pi05``: the observation's camera entries, in the model's image-slot order (LIBERO:
+    ``[rgb, wrist_rgb]``: third-person view, then wrist); ``null``: every image entry of the observation in
+    its order."""
+    state_key: str = "state"
+    """``pi0`` / ``pi05``: the observation's proprioceptive vector entry (the model's state, normalised with
+    ``norm_stats_path``)."""
 
     @property
     def flow_joint_logprob(self) -> bool:
         """``joint_logprob`` with ``null`` resolved by ``noise_method``."""
         return self.noise_method == "flow_noise" if self.joint_logprob is None else self.joint_logprob
 
+    @property
+    def is_vla(self) -> bool:
+        """``model_type`` is a vision-language-action checkpoint (``pi0`` / ``pi05``) read from ``model_path``."""
+        return self.model_type in VLA_MODEL_TYPES
+
     def __attrs_post_init__(self) -> None:
-        if self.model_type == "flow" and self.add_q_head:
+        if self.model_type in ("flow", *VLA_MODEL_TYPES) and self.add_q_head:
             raise ValueError(
-                "model_type 'flow' is trained on-policy (PPO/GRPO) and has no Q heads: set add_q_head: false"
+                f"model_type {self.model_type!r} is trained on-policy (PPO/GRPO) and has no Q heads: set "
+                "add_q_head: false"
+            )
+        if self.is_vla:
+            missing = [
+                name
+                for name in ("model_path", "tokenizer_path", "norm_stats_path")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"model_type {self.model_type!r} needs {', '.join(missing)}: the checkpoint directory, "
+                    "the tokenizer directory and the normalisation statistics (docs/vla.md)"
+                )
+        elif self.tokenizer_path is not None or self.norm_stats_path is not None:
+            raise ValueError(
+                f"tokenizer_path and norm_stats_path belong to model_type 'pi0' / 'pi05', not {self.model_type!r}: "
+                "set them to null"
             )
         low, high = self.noise_logvar_range
         if not 0 < low <= high:

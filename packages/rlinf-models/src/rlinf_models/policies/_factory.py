@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rlinf_core.protocols import EnvSpec
 
 from ._actor_critic import ActorCritic
@@ -9,13 +11,27 @@ from ._config import PolicyConfig
 from ._flow import FlowPolicy
 from ._sac import SquashedGaussianPolicy
 
+if TYPE_CHECKING:
+    from ..pi0 import Pi0Policy
+
 __all__ = ["build_inference_policy", "build_policy"]
 
 _DEFAULT_CONFIG = PolicyConfig()
 
 
-def build_policy(spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> ActorCritic | FlowPolicy:
-    """The on-policy policy of ``config`` for ``spec``: :class:`FlowPolicy` for ``model_type: flow``, else ActorCritic."""
+def build_policy(
+    spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG
+) -> ActorCritic | FlowPolicy | Pi0Policy:
+    """The on-policy policy of ``config`` for ``spec``.
+
+    :class:`FlowPolicy` for ``model_type: flow``, :class:`~rlinf_models.pi0.Pi0Policy` for ``pi0`` / ``pi05``,
+    else ActorCritic.
+    """
+    if config.is_vla:
+        # The one place that imports the π0 backend (transformers, the [openpi] extra), only when chosen.
+        from ..pi0 import Pi0Policy
+
+        return Pi0Policy(spec, config)
     if config.model_type == "flow":
         return FlowPolicy(spec, config)
     return ActorCritic(spec, config)
@@ -23,7 +39,7 @@ def build_policy(spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG) -> Actor
 
 def build_inference_policy(
     spec: EnvSpec, config: PolicyConfig
-) -> ActorCritic | FlowPolicy | SquashedGaussianPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SquashedGaussianPolicy:
     """The policy the rollout runs for ``config``: the off-policy tanh-Gaussian one when ``add_q_head``.
 
     All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts

@@ -18,12 +18,22 @@ from ._actor_critic import ACTIVATIONS, PolicyOutput, mlp
 from ._config import PolicyConfig
 from ._encoders import TensorObs, build_encoder
 
-__all__ = ["FORWARD_INPUT_KEYS", "FlowPolicy", "sinusoidal_time_embedding"]
+__all__ = ["FORWARD_INPUT_KEYS", "FlowPolicy", "require_chain", "sinusoidal_time_embedding"]
 
 FORWARD_INPUT_KEYS = ("chains", "denoise_mask")
 """What :meth:`FlowPolicy.act` returns in ``PolicyOutput.forward_inputs`` and :meth:`FlowPolicy.evaluate` needs:
 ``chains [N, K+1, C, D]`` (the denoising chain, initial noise first) and ``denoise_mask [N, K]`` (its stochastic
 steps)."""
+
+
+def require_chain(forward_inputs: Mapping[str, torch.Tensor] | None, who: str) -> Mapping[str, torch.Tensor]:
+    """``forward_inputs`` when it holds the chain (:data:`FORWARD_INPUT_KEYS`), else a ValueError naming ``who``."""
+    if forward_inputs is None or any(k not in forward_inputs for k in FORWARD_INPUT_KEYS):
+        have = None if forward_inputs is None else sorted(forward_inputs)
+        raise ValueError(
+            f"{who}'s log-probability needs the rollout's forward_inputs {list(FORWARD_INPUT_KEYS)}, got {have}"
+        )
+    return forward_inputs
 
 
 def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -175,12 +185,7 @@ class FlowPolicy(nn.Module):
         Raises:
             ValueError: without ``forward_inputs`` (the rollout batch lost the chain).
         """
-        if forward_inputs is None or any(k not in forward_inputs for k in FORWARD_INPUT_KEYS):
-            have = None if forward_inputs is None else sorted(forward_inputs)
-            raise ValueError(
-                f"the flow policy's log-probability needs the rollout's forward_inputs {list(FORWARD_INPUT_KEYS)}, "
-                f"got {have}"
-            )
+        forward_inputs = require_chain(forward_inputs, "the flow policy")
         features = self._features(obs)
         chains = forward_inputs["chains"].to(features.dtype)
         logprobs, entropy = chain_log_prob(

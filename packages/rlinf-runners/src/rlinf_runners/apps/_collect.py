@@ -260,6 +260,7 @@ def main(argv: list[str], *, app_dir: Path) -> int:
     """Record the episodes and write the dataset; 1 when no episode was kept, 2 for bad arguments."""
     args, overrides = _parse(argv)
     from rlinf_core.config import ConfigError, load_config
+    from rlinf_envs import describe_tasks
 
     from ._embodied import EmbodiedApp, EmbodiedConfig
 
@@ -272,7 +273,7 @@ def main(argv: list[str], *, app_dir: Path) -> int:
         print(e, file=sys.stderr)
         return 2
     env = expert_env(cfg, args.num_envs, auto_reset=True)
-    spec = env.spec
+    spec = describe_tasks(env.spec, cfg.env.train)
     try:
         choose: Callable[[Any], np.ndarray]
         if expert is not None:

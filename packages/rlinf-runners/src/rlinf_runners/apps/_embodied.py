@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -17,13 +18,14 @@ from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
 from rlinf_envs import (
     EnvConfig,
     VecEnvConfig,
+    describe_tasks,
     env_config_problems,
     env_spec_without_worker,
     prepare_process_env,
 )
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
-from rlinf_models.policies import checkpoint_weights_file
+from rlinf_models.policies import PolicyConfig, checkpoint_weights_file
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
@@ -216,6 +218,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
         model_path = cfg.actor.model.model_path
         if model_path is None:
             return []
+        if cfg.actor.model.is_vla:
+            return self._vla_path_problems(cfg.actor.model)
         weights = checkpoint_weights_file(self.resolve_data_path(model_path))
         if weights.is_file():
             return []
@@ -223,6 +227,32 @@ class EmbodiedApp(App[EmbodiedConfig]):
             f"actor.model.model_path: no policy weights at {weights} (give a global_step_<N> checkpoint "
             "directory, as train.py and sft.py write them, or its actor/model.pt)"
         ]
+
+    def _vla_path_problems(self, model: PolicyConfig) -> list[str]:
+        """``pi0`` / ``pi05``: the checkpoint directory (of that type), the tokenizer and the statistics exist."""
+        problems: list[str] = []
+        assert model.model_path is not None and model.tokenizer_path is not None
+        directory = self.resolve_data_path(model.model_path)
+        config_file = directory / "config.json"
+        missing = [f for f in ("config.json", "model.safetensors") if not (directory / f).is_file()]
+        if missing:
+            problems.append(
+                f"actor.model.model_path: {directory} is not a π0 checkpoint directory (missing {', '.join(missing)}; "
+                "LeRobot's layout: scripts/make_tiny_pi0.py writes a tiny one)"
+            )
+        else:
+            kind = json.loads(config_file.read_text()).get("type")
+            if kind != model.model_type:
+                problems.append(
+                    f"actor.model.model_type {model.model_type!r} does not match {config_file}'s type {kind!r}; "
+                    "allowed: pi0, pi05"
+                )
+        tokenizer = self.resolve_data_path(model.tokenizer_path)
+        if not tokenizer.is_dir():
+            problems.append(f"actor.model.tokenizer_path: no tokenizer directory at {tokenizer}")
+        if model.norm_stats_path is not None and not self.resolve_data_path(model.norm_stats_path).is_file():
+            problems.append(f"actor.model.norm_stats_path: no statistics file at {model.norm_stats_path}")
+        return problems
 
     def prepare_process_env(self, cfg: EmbodiedConfig) -> None:
         """The simulators' process environment (e.g. ManiSkill's Vulkan driver), before the cluster starts."""
@@ -258,6 +288,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
         cfg = attrs.evolve(cfg, actor=self._actor_config(cfg))
         stages = cfg.rollout.pipeline_stage_num
         driver_spec = env_spec_without_worker(cfg.env.train)
+        if driver_spec is not None:
+            driver_spec = describe_tasks(driver_spec, cfg.env.train)
         env = (
             (classes.get("env") or _worker_class("env"))
             .create_group(
@@ -313,7 +345,9 @@ class EmbodiedApp(App[EmbodiedConfig]):
         """
         actor = cfg.actor
         model_path = actor.model.model_path
-        if model_path is not None:
+        if actor.model.is_vla:  # the checkpoint directory defines the architecture: kept on resume too
+            actor = attrs.evolve(actor, model=self._vla_paths(actor.model))
+        elif model_path is not None:
             if resolve_resume_dir(cfg.runner.resume_dir, cfg.runner.logger.log_path) is not None:
                 warnings.warn(
                     f"actor.model.model_path {model_path} is not loaded: the run resumes from its checkpoint "
@@ -330,6 +364,19 @@ class EmbodiedApp(App[EmbodiedConfig]):
             return actor
         path = str(self.resolve_data_path(expert.checkpoint).resolve())
         return attrs.evolve(actor, expert=attrs.evolve(expert, checkpoint=path))
+
+    def _vla_paths(self, model: PolicyConfig) -> PolicyConfig:
+        """``model`` with its π0 files resolved like the data paths (absolute, for the workers)."""
+
+        def absolute(path: str | None) -> str | None:
+            return None if path is None else str(self.resolve_data_path(path).resolve())
+
+        return attrs.evolve(
+            model,
+            model_path=absolute(model.model_path),
+            tokenizer_path=absolute(model.tokenizer_path),
+            norm_stats_path=absolute(model.norm_stats_path),
+        )
 
     def _actor_algorithm(self, cfg: EmbodiedConfig) -> AlgorithmConfig:
         """``cfg.algorithm`` with the demo buffer's path resolved like the data paths (absolute, for the actor)."""

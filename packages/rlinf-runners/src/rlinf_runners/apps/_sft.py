@@ -30,7 +30,7 @@ from rlinf_core.config import (
 from rlinf_core.data import DatasetError
 from rlinf_core.data.lerobot import LeRobotReader
 from rlinf_core.protocols import EnvSpec
-from rlinf_envs import EnvConfig, env_spec_without_worker, make_vec_env, prepare_process_env
+from rlinf_envs import EnvConfig, describe_tasks, env_spec_without_worker, make_vec_env, prepare_process_env
 from rlinf_models import EmbodiedActorConfig
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import ClusterConfig
@@ -110,14 +110,14 @@ def _check(app: EmbodiedApp, cfg: EmbodiedSFTConfig) -> None:
 
 
 def env_spec(env: EnvConfig) -> EnvSpec:
-    """The spec of ``env.train`` (computed, or read from one env made in this process)."""
+    """The spec of ``env.train`` (computed, or read from one env made in this process), with its task descriptions."""
     spec = env_spec_without_worker(env.train)
     if spec is not None:
-        return spec
+        return describe_tasks(spec, env.train)
     prepare_process_env(env)
     vec = make_vec_env(attrs.evolve(env.train, vector_mode="sync"), 1)
     try:
-        return vec.spec
+        return describe_tasks(vec.spec, env.train)
     finally:
         vec.close()
 
