@@ -31,9 +31,9 @@ import torch
 from rlinf_core.protocols import EnvSpec
 from torch import Tensor, nn
 
-from ..flow import chain_log_prob, sample_chain, select_denoise_steps
+from ..flow import chain_log_prob
 from ..policies import PolicyConfig, PolicyOutput
-from ..policies._flow import FORWARD_INPUT_KEYS, require_chain
+from ..policies._flow import FORWARD_INPUT_KEYS, require_chain, sample_policy_chain
 from ._checkpoint import load_pi0
 from ._inputs import (
     NormStats,
@@ -210,26 +210,9 @@ class Pi0Policy(nn.Module):
         cfg = self.config
         n = cond.prefix.pad_mask.shape[0]
         shape = (n, mc.chunk_size, mc.max_action_dim)
-        if deterministic:
-            noise = torch.zeros(shape, device=self.device)
-            out = sample_chain(
-                self.field, cond, noise, num_steps=cfg.denoising_steps, noise_method="flow_ode"
-            )
-        else:
-            noise = torch.randn(shape, generator=generator, device=self.device)
-            mask = select_denoise_steps(
-                n, cfg.denoising_steps, joint=cfg.flow_joint_logprob, device=self.device, generator=generator
-            )
-            out = sample_chain(
-                self.field,
-                cond,
-                noise,
-                num_steps=cfg.denoising_steps,
-                noise_method=cfg.noise_method,
-                noise_level=cfg.noise_level,
-                denoise_mask=mask,
-                generator=generator,
-            )
+        out = sample_policy_chain(
+            self.field, cond, shape, cfg, deterministic=deterministic, generator=generator, device=self.device
+        )
         actions = self.action_stats.unnormalize(self._executed(out.actions), self.norm_mode)
         return PolicyOutput(
             actions,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from rlinf_core.protocols import EnvSpec, obs_len
 from torch import nn
 
-from ..flow import chain_log_prob, flow_matching_loss, sample_chain, select_denoise_steps
+from ..flow import FlowSample, chain_log_prob, flow_matching_loss, sample_chain, select_denoise_steps
 from ._actor_critic import ACTIVATIONS, PolicyOutput, mlp
 from ._config import PolicyConfig
 from ._encoders import TensorObs, build_encoder
@@ -50,6 +51,41 @@ def _head(inp: int, out: int, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
+
+
+def sample_policy_chain(
+    field: Any,
+    cond: Any,
+    shape: tuple[int, int, int],
+    cfg: PolicyConfig,
+    *,
+    deterministic: bool,
+    generator: torch.Generator | None,
+    dtype: torch.dtype = torch.float32,
+    device: Any = None,
+) -> FlowSample:
+    """The denoising chain of a flow policy's ``act`` for chunks of ``shape`` (``actor.model``'s chain settings).
+
+    ``deterministic``: the ODE from zero noise (no stochastic step). Otherwise Gaussian noise, the stochastic
+    steps chosen per sample (``select_denoise_steps``) and ``cfg.noise_method`` / ``noise_level``.
+    """
+    if deterministic:
+        noise = torch.zeros(shape, dtype=dtype, device=device)
+        return sample_chain(field, cond, noise, num_steps=cfg.denoising_steps, noise_method="flow_ode")
+    noise = torch.randn(shape, generator=generator, dtype=dtype, device=device)
+    mask = select_denoise_steps(
+        shape[0], cfg.denoising_steps, joint=cfg.flow_joint_logprob, device=device, generator=generator
+    )
+    return sample_chain(
+        field,
+        cond,
+        noise,
+        num_steps=cfg.denoising_steps,
+        noise_method=cfg.noise_method,
+        noise_level=cfg.noise_level,
+        denoise_mask=mask,
+        generator=generator,
+    )
 
 
 class FlowPolicy(nn.Module):
@@ -141,30 +177,16 @@ class FlowPolicy(nn.Module):
         n = features.shape[0]
         cfg = self.config
         shape = (n, self.chunks, self.action_dim)
-        if deterministic:
-            noise = torch.zeros(shape, dtype=features.dtype, device=features.device)
-            out = sample_chain(
-                self.field, features, noise, num_steps=cfg.denoising_steps, noise_method="flow_ode"
-            )
-        else:
-            noise = torch.randn(shape, generator=generator, dtype=features.dtype, device=features.device)
-            mask = select_denoise_steps(
-                n,
-                cfg.denoising_steps,
-                joint=cfg.flow_joint_logprob,
-                device=features.device,
-                generator=generator,
-            )
-            out = sample_chain(
-                self.field,
-                features,
-                noise,
-                num_steps=cfg.denoising_steps,
-                noise_method=cfg.noise_method,
-                noise_level=cfg.noise_level,
-                denoise_mask=mask,
-                generator=generator,
-            )
+        out = sample_policy_chain(
+            self.field,
+            features,
+            shape,
+            cfg,
+            deterministic=deterministic,
+            generator=generator,
+            dtype=features.dtype,
+            device=features.device,
+        )
         return PolicyOutput(
             out.actions,
             out.logprobs,
