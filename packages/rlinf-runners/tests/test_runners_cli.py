@@ -183,6 +183,11 @@ def test_eval_prints_the_metrics_as_json(
     assert cli.main("embodied", ["runner.resume_dir=auto"], mode="eval", app_dir=app_dir) == 0
     assert calls == [{"evaluate_only": "auto"}]
     assert json.loads(capsys.readouterr().out) == {"eval/return_mean": 500.0, "eval/checkpoint_step": 3.0}
+    # runner.resume_dir=none evaluates the policy as the config builds it (fresh, or actor.model.model_path).
+    assert cli.main("embodied", ["runner.resume_dir=none"], mode="eval", app_dir=app_dir) == 0
+    assert calls[-1] == {"evaluate_only": "none"}
+    # In training, "none" is no checkpoint directory.
+    assert cli.main("embodied", ["runner.resume_dir=none"], mode="train", app_dir=app_dir) == 2
 
 
 def test_the_entry_sets_the_ray_variable_before_ray_is_imported(app_dir: Path) -> None:

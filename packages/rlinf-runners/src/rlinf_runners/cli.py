@@ -76,7 +76,14 @@ def main(
         if isinstance(cli, str):
             print(cli)
             return 0
-        cfg = resolved.load_config(cli.config_path, cli.overrides)
+        overrides = list(cli.overrides)
+        # eval.py runner.resume_dir=none: the policy as the config builds it (fresh, or actor.model.model_path).
+        fresh = mode == "eval" and any(
+            o.replace(" ", "").lower() == "runner.resume_dir=none" for o in overrides
+        )
+        if fresh:
+            overrides = [o for o in overrides if o.replace(" ", "").lower() != "runner.resume_dir=none"]
+        cfg = resolved.load_config(cli.config_path, overrides)
         if mode == "eval":
             resolved.check_evaluation(cfg)
     except (ConfigError, ImportError) as e:  # ImportError: a selected backend (e.g. megatron) is missing
@@ -85,10 +92,10 @@ def main(
     if cli.print_config:
         print(yaml.safe_dump(unstructure_config(cfg), sort_keys=False))
         return 0
-    return _run(resolved, cfg, mode)
+    return _run(resolved, cfg, mode, fresh=fresh)
 
 
-def _run(app: App[Any], cfg: Any, mode: Mode) -> int:
+def _run(app: App[Any], cfg: Any, mode: Mode, *, fresh: bool = False) -> int:
     from rlinf_core.checkpoint import CheckpointError
     from rlinf_core.config import ConfigError
     from rlinf_core.data import DatasetError
@@ -98,7 +105,7 @@ def _run(app: App[Any], cfg: Any, mode: Mode) -> int:
 
     try:
         if mode == "eval":
-            metrics = run_app(app, cfg, evaluate_only=cfg.runner.resume_dir or "auto")
+            metrics = run_app(app, cfg, evaluate_only="none" if fresh else cfg.runner.resume_dir or "auto")
             print(json.dumps(metrics, indent=2))
             return 0
         result = run_app(app, cfg)
