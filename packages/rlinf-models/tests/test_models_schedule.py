@@ -162,3 +162,17 @@ def test_loss_shares_weigh_by_loss_tokens_or_rows() -> None:
         0.75,
     ]
     assert loss_shares([torch.tensor([3])], mask, "token-mean") is None
+
+
+def test_metric_means_of_tensors_equal_those_of_floats() -> None:
+    # Tensor values are summed in float64 where they live; the means are those of the floats, bit for bit.
+    values = torch.randn(7, generator=torch.Generator().manual_seed(0))
+    weights = [0.1, 0.3, 0.05, 0.2, 0.15, 0.12, 0.08]
+    as_floats, as_tensors = MetricMeans(), MetricMeans()
+    for v, w in zip(values, weights, strict=True):
+        as_floats.add({"a": float(v), f"{SUM_PREFIX}x": float(v)}, w)
+        as_tensors.add({"a": v, f"{SUM_PREFIX}x": v}, w)
+    as_tensors.add({"b": 2.0})  # floats and tensors mix
+    assert as_tensors.means() == as_floats.means() | {"b": 2.0}
+    assert as_tensors.total_values() == as_floats.total_values() == dict(as_floats.totals)
+    assert as_tensors.weighted_sums()["a"] == as_floats.weighted_sums()["a"]

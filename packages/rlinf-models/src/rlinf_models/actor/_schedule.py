@@ -57,6 +57,11 @@ _Micro = TypeVar("_Micro")
 class MetricMeans:
     """Running per-key sums and counts of metrics; keys under :data:`SUM_PREFIX` are summed apart.
 
+    Values may be Python floats or 0-d tensors. Tensors stay where they are (on the GPU) and are summed in
+    float64 there, so adding a micro-batch's metrics never waits for the device; :meth:`means` and
+    :meth:`total_values` read them back once, at the end of the update. float64 sums of float32 values are
+    the sums Python floats would give, bit for bit.
+
     Attributes:
         sums: weighted sum of the values of each averaged key.
         counts: sum of the weights of each averaged key (the number of values when all weigh 1).
@@ -64,18 +69,20 @@ class MetricMeans:
     """
 
     def __init__(self) -> None:
-        self.sums: defaultdict[str, float] = defaultdict(float)
+        self.sums: defaultdict[str, float | torch.Tensor] = defaultdict(float)
         self.counts: defaultdict[str, float] = defaultdict(float)
-        self.totals: defaultdict[str, float] = defaultdict(float)
+        self.totals: defaultdict[str, float | torch.Tensor] = defaultdict(float)
 
-    def add(self, metrics: Mapping[str, float], weight: float = 1.0) -> None:
+    def add(self, metrics: Mapping[str, float | torch.Tensor], weight: float = 1.0) -> None:
         """Add one value per key (a micro-batch's metrics, or an optimizer step's gradient norm).
 
         Args:
-            metrics: the values.
+            metrics: the values (floats or 0-d tensors).
             weight: their weight in the means (a micro-batch's share of its mini-batch's loss).
         """
         for key, val in metrics.items():
+            if isinstance(val, torch.Tensor):
+                val = val.detach().reshape(()).to(torch.float64)
             if key.startswith(SUM_PREFIX):
                 self.totals[key] += val
             else:
@@ -84,7 +91,28 @@ class MetricMeans:
 
     def means(self) -> dict[str, float]:
         """The (weighted) mean of each averaged key, keys sorted."""
-        return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
+        keys = sorted(self.sums)
+        return dict(zip(keys, _as_floats([self.sums[k] / self.counts[k] for k in keys]), strict=True))
+
+    def weighted_sums(self) -> dict[str, float]:
+        """The weighted sum of each averaged key (divide by :attr:`counts` for the means), keys sorted."""
+        keys = sorted(self.sums)
+        return dict(zip(keys, _as_floats([self.sums[k] for k in keys]), strict=True))
+
+    def total_values(self) -> dict[str, float]:
+        """The sum of each :data:`SUM_PREFIX` key, keys sorted."""
+        keys = sorted(self.totals)
+        return dict(zip(keys, _as_floats([self.totals[k] for k in keys]), strict=True))
+
+
+def _as_floats(values: Sequence[float | torch.Tensor]) -> list[float]:
+    """Python floats of ``values``, reading all tensors back in one transfer."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return [float(v) for v in values]
+    device = tensors[0].device
+    fetched = iter(torch.stack([t.to(device) for t in tensors]).tolist())
+    return [next(fetched) if isinstance(v, torch.Tensor) else float(v) for v in values]
 
 
 def check_layout(rank: int, world_size: int, global_batch_size: int, micro_batch_size: int) -> None:
@@ -264,7 +292,7 @@ def run_update(
 
 def accumulate_gradients(
     micro: Sequence[_Micro],
-    loss_fn: Callable[[_Micro], tuple[torch.Tensor, Mapping[str, float]]],
+    loss_fn: Callable[[_Micro], tuple[torch.Tensor, Mapping[str, float | torch.Tensor]]],
     optimizer: torch.optim.Optimizer,
     metrics: MetricMeans,
     weights: Sequence[float] | None = None,

@@ -349,7 +349,9 @@ class EmbodiedPPOTrainer:
             out = self.policy(obs, actions, forward_inputs)
         return out
 
-    def _micro_batch_loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def _micro_batch_loss(
+        self, mb: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
         alg = self.algorithm
         n = mb["actions"].shape[0]
         logprobs, entropy, values = self._forward(mb["obs"], mb["actions"], mb.get("forward_inputs"))
@@ -396,8 +398,9 @@ class EmbodiedPPOTrainer:
             entropy_loss = masked_mean(ent, mask)
             if alg.entropy_bonus > 0:
                 loss = loss - alg.entropy_bonus * entropy_loss
-            metrics["actor/entropy_loss"] = float(entropy_loss.detach())
-        return loss, {k: float(v) for k, v in metrics.items()}
+            metrics["actor/entropy_loss"] = entropy_loss.detach()
+        # 0-d tensors, not floats: MetricMeans reads them back once per update, so no micro-batch waits on the GPU.
+        return loss, {k: v.detach() if isinstance(v, torch.Tensor) else float(v) for k, v in metrics.items()}
 
     def train(self, batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
         """Run ``algorithm.update_epoch`` passes of mini-batch updates over ``batch``; returns averaged metrics.
@@ -420,10 +423,10 @@ class EmbodiedPPOTrainer:
         metrics = MetricMeans()
         self.policy.train()
 
-        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
             loss, values = self._micro_batch_loss(obs_index(flat, sel))
             # ``__sum__/`` statistics (explained variance) land in ``metrics.totals``: computed below instead.
-            return loss, values | {"actor/total_loss": float(loss.detach())}
+            return loss, values | {"actor/total_loss": loss.detach()}
 
         def step(rows: torch.Tensor) -> None:
             accumulate_gradients(micro_batches(rows, mbs), loss_fn, self.optimizer, metrics)

@@ -413,8 +413,8 @@ class FSDPActorBackend:
                 self.offload()
 
     def _micro_loss(
-        self, mb: Mapping[str, torch.Tensor], *, on_policy: bool
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+        self, mb: Mapping[str, torch.Tensor], *, on_policy: bool, has_loss_tokens: bool = True
+    ) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
         alg = self.algorithm
         mask = mb["loss_mask"].bool()
         out = self.policy(
@@ -453,14 +453,17 @@ class FSDPActorBackend:
             )
         loss, raw = policy_loss(**kwargs)
         # ``__sum__/`` keys are explained-variance statistics: MetricMeans sums them instead of averaging.
-        metrics = {key: float(val) for key, val in (raw | is_metrics).items()}
+        # Metrics stay 0-d tensors: turning them into floats here would make the host wait for the GPU before
+        # every backward pass; MetricMeans reads them back once per update.
+        metrics: dict[str, float | torch.Tensor] = {
+            key: val.detach() if isinstance(val, torch.Tensor) else float(val)
+            for key, val in (raw | is_metrics).items()
+        }
         entropy = self._loss_agg(out["entropy"], mask, None)
-        metrics["actor/entropy"] = float(entropy.detach())
-        if "rollout_logprobs" in mb and bool(mask.any()):
+        metrics["actor/entropy"] = entropy.detach()
+        if "rollout_logprobs" in mb and has_loss_tokens:
             # Trainer-vs-rollout mismatch of the behaviour log-probs (0 up to float error when both agree).
-            metrics["actor/rollout_logprob_diff"] = float(
-                (old.detach() - mb["rollout_logprobs"]).abs()[mask].mean()
-            )
+            metrics["actor/rollout_logprob_diff"] = (old.detach() - mb["rollout_logprobs"]).abs()[mask].mean()
         if alg.entropy_bonus > 0:
             loss = loss - alg.entropy_bonus * entropy
         if alg.kl_beta > 0:
@@ -468,8 +471,8 @@ class FSDPActorBackend:
             kld = kl_penalty(logprobs, mb["ref_logprobs"], alg.kl_penalty)
             kl_loss = self._loss_agg(kld, mask, None)
             loss = loss + alg.kl_beta * kl_loss
-            metrics["actor/kl_loss"] = float(kl_loss.detach())
-        metrics["actor/total_loss"] = float(loss.detach())
+            metrics["actor/kl_loss"] = kl_loss.detach()
+        metrics["actor/total_loss"] = loss.detach()
         return loss, metrics
 
     def _micro_split(
@@ -551,10 +554,12 @@ class FSDPActorBackend:
         metrics = MetricMeans()
         self.policy.train()
 
-        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
             cols = _live_columns(b["attention_mask"][sel])
             return self._micro_loss(
-                {key: val[sel][:, cols].to(self.device) for key, val in b.items()}, on_policy=on_policy
+                {key: val[sel][:, cols].to(self.device) for key, val in b.items()},
+                on_policy=on_policy,
+                has_loss_tokens=bool(b["loss_mask"][sel].any()),  # read on the host: no wait for the GPU
             )
 
         def step(rows: torch.Tensor) -> None:
@@ -576,10 +581,9 @@ class FSDPActorBackend:
         self.version += 1
         out = mean_over_ranks(metrics.means(), world, self._all_reduce_sum)
         if metrics.totals:
-            keys = sorted(metrics.totals)
-            summed = self._all_reduce_sum(
-                torch.tensor([metrics.totals[k] for k in keys], dtype=torch.float64)
-            )
+            totals = metrics.total_values()
+            keys = list(totals)
+            summed = self._all_reduce_sum(torch.tensor([totals[k] for k in keys], dtype=torch.float64))
             out["critic/explained_variance"] = float(
                 compute_critic_explained_variance_from_stats(dict(zip(keys, summed.tolist(), strict=True)))
             )
@@ -622,7 +626,7 @@ class FSDPActorBackend:
         ids, attn, lmask = b["input_ids"][rows], b["attention_mask"][rows], mask_all[rows]
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
-        nll_sum = torch.zeros((), dtype=torch.float64)
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # read back once, after the step
         for sel in self._micro_split(torch.arange(share), attn, keep_remainder=True):
             cols = _live_columns(attn[sel])
             m = lmask[sel][:, cols].to(self.device).float()
@@ -636,11 +640,11 @@ class FSDPActorBackend:
             nll = -(out["logprobs"] * m).sum()
             # FSDP averages gradients over ranks: scale by W so the result is the global token mean.
             (nll * (world / total)).backward()
-            nll_sum += float(nll.detach())
+            nll_sum += nll.detach().to(torch.float64)
         grad_norm = self._step()
         self.sft_steps += 1
         self.version += 1
-        loss = float(self._all_reduce_sum(nll_sum.reshape(1))[0]) / total
+        loss = float(self._all_reduce_sum(nll_sum.cpu().reshape(1))[0]) / total
         if self.cfg.enable_offload:
             self.offload()
         return {"sft/loss": loss, "sft/grad_norm": grad_norm, "sft/lr": lr, "sft/num_tokens": total}

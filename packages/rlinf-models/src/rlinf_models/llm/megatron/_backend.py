@@ -613,7 +613,7 @@ class MegatronActorBackend:
         )
         self.train_steps += 1
         self.version += 1
-        out = self._reduce_metrics(metrics.sums, metrics.counts)
+        out = self._reduce_metrics(metrics.weighted_sums(), metrics.counts)
         out |= {
             "actor/grad_norm": sum(grad_norms) / max(len(grad_norms), 1),
             "actor/lr": lr,
