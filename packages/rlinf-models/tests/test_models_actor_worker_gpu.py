@@ -1,19 +1,26 @@
-"""EmbodiedActorWorker on CUDA (NCCL when there are two GPUs): skipped on machines without a GPU."""
+"""EmbodiedActorWorker on CUDA (NCCL when there are two GPUs): skipped on machines without a GPU.
+
+The flow and π0 cases feed the actor rollouts sampled on the CPU by the same weights (same seed), so the
+first update's PPO ratio must be 1: the chain log-probs recomputed on the GPU equal the CPU rollout's.
+"""
 
 from __future__ import annotations
 
 import os
+import string
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import attrs
 import cloudpickle
 import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec
+from rlinf_core.protocols import EnvSpec, ObsSpec
 from rlinf_models import EmbodiedActorConfig
-from rlinf_models.policies import PolicyConfig
+from rlinf_models.policies import PolicyConfig, build_policy
 
 pytestmark = [
     pytest.mark.gpu,
@@ -74,3 +81,113 @@ def test_actor_trains_and_checkpoints_on_cuda(gpu_cluster: Any, tmp_path: Any) -
     actor.save_checkpoint(str(tmp_path)).wait(timeout=120)
     actor.load_checkpoint(str(tmp_path)).wait(timeout=120)
     assert actor.get_model_version().wait(timeout=60) == [1] * ranks
+
+
+DATA = Path(__file__).parent / "data"
+PI0_SPEC = EnvSpec(
+    obs_shape=(),
+    action_type="continuous",
+    action_dim=7,
+    action_low=(-1.0,) * 7,
+    action_high=(1.0,) * 7,
+    obs_dict={
+        "base": ObsSpec((24, 24, 3), "uint8"),
+        "wrist": ObsSpec((24, 24, 3), "uint8"),
+        "state": ObsSpec((5,)),
+        "task_index": ObsSpec((1,), "int16"),
+    },
+    task_descriptions=("pick up the red block", "put the bowl on the plate"),
+)
+
+
+def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
+    if kind == "flow":
+        spec = EnvSpec((5,), "continuous", 2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+        cfg = PolicyConfig(
+            model_type="flow",
+            hidden_sizes=(32, 32),
+            num_action_chunks=3,
+            denoising_steps=4,
+            add_value_head=True,
+        )
+        return spec, cfg
+    pytest.importorskip("transformers")
+    from rlinf_models.pi0.testing import write_char_tokenizer
+
+    ckpt = DATA / "lerobot_pi0_tiny" / "ckpt"
+    cfg = PolicyConfig(
+        model_type="pi0",
+        model_path=str(ckpt),
+        tokenizer_path=str(write_char_tokenizer(tmp_path / "tok", string.ascii_lowercase + " \n")),
+        norm_stats_path=str(ckpt / "policy_preprocessor_step_5_normalizer_processor.safetensors"),
+        image_keys=("base", "wrist"),
+        num_action_chunks=3,
+        denoising_steps=4,
+        add_value_head=True,
+    )
+    return PI0_SPEC, cfg
+
+
+def _obs(spec: EnvSpec, n: int, g: torch.Generator) -> Any:
+    if spec.obs_dict is None:
+        return torch.randn(n, *spec.obs_shape, generator=g)
+    return {
+        "base": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
+        "wrist": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
+        "state": torch.randn(n, 5, generator=g),
+        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
+    }
+
+
+def _rollout(policy: Any, spec: EnvSpec, offset: int, t: int, e: int) -> dict[str, Any]:
+    """One env rank's trajectory message, sampled by ``policy`` on the CPU."""
+    g = torch.Generator().manual_seed(offset)
+    obs = _obs(spec, t * e, g)
+    with torch.no_grad():
+        out = policy.act(obs, generator=g)
+    assert out.forward_inputs is not None
+
+    def steps(v: torch.Tensor) -> torch.Tensor:
+        return v.reshape(t, e, *v.shape[1:])
+
+    chunks = out.actions.shape[1]
+    return {
+        "env_offset": offset,
+        "obs": {k: steps(v) for k, v in obs.items()} if isinstance(obs, dict) else steps(obs),
+        "actions": steps(out.actions),
+        "rewards": torch.rand(t, e, chunks, generator=g),
+        "dones": torch.zeros(t + 1, e, chunks, dtype=torch.bool),
+        "prev_logprobs": steps(out.logprobs),
+        "prev_values": torch.randn(t + 1, e, 1, generator=g),
+        "forward_inputs": {k: steps(v) for k, v in out.forward_inputs.items()},
+    }
+
+
+@pytest.mark.parametrize("kind", ["flow", "pi0"])
+def test_flow_policies_train_on_cuda_from_cpu_rollouts(gpu_cluster: Any, tmp_path: Path, kind: str) -> None:
+    from rlinf_models import EmbodiedActorWorker
+    from rlinf_scheduler import Channel, PackedPlacementStrategy
+
+    spec, model = _case(kind, tmp_path)
+    seed = 3
+    torch.manual_seed(seed)  # the actor builds its policy the same way: its weights equal this CPU copy's
+    policy = build_policy(spec, model).eval()
+    t, e = 4, 2
+    actor_cfg = EmbodiedActorConfig(model=model, global_batch_size=t * 2 * e, micro_batch_size=4, seed=seed)
+    actor_cfg = attrs.evolve(actor_cfg, optim=attrs.evolve(actor_cfg.optim, lr=1e-4))
+    actor = EmbodiedActorWorker.create_group(actor_cfg, AlgorithmConfig(update_epoch=1), spec).launch(
+        gpu_cluster, PackedPlacementStrategy(0, 0), name=f"gpu-actor-{kind}"
+    )
+    ch = Channel.create(f"gpu-traj-{kind}")
+    for offset in (0, e):
+        ch.put(_rollout(policy, spec, offset, t, e), key=0)
+    assert actor.recv_rollout_batch(ch, 2, 120).wait(timeout=300) == [t * 2 * e]
+    actor.compute_advantages_and_returns().wait(timeout=120)
+    (metrics,) = actor.run_training().wait(timeout=300)
+    # One optimizer step over the whole batch: every ratio is taken before it, at the rollout's weights.
+    assert abs(metrics["actor/ratio"] - 1.0) < 1e-3, metrics
+    assert abs(metrics["actor/approx_kl"]) < 1e-5, metrics
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values() if isinstance(v, float))
+    actor.save_checkpoint(str(tmp_path / "ckpt")).wait(timeout=120)
+    actor.load_checkpoint(str(tmp_path / "ckpt")).wait(timeout=120)
+    assert actor.get_model_version().wait(timeout=60) == [1]
