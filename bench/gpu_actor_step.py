@@ -26,6 +26,7 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import torch
 
@@ -39,6 +40,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timing, profile one more step of each case (torch.profiler) and print where the time went",
+    )
     parser.add_argument(
         "--cpu", action="store_true", help="smoke-test the script on the CPU (figures meaningless)"
     )
@@ -122,9 +128,34 @@ def main() -> None:
         ms = statistics.median(ts)
         result[name] = {"ms": ms, "ratio": ms / base, "tokens_per_s": b * t / ms * 1e3}
         print(f"{name:34s} {ms:9.2f} {ms / base:11.3f} {b * t / ms * 1e3:11.0f}")
+    if args.profile:
+        profile_cases(cases, dev)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device_name, "params": params, "cases": result}, f, indent=1)
+
+
+def profile_cases(cases: dict[str, Any], dev: str) -> None:
+    """One profiled step per case: the top operators by device time, and how busy the device was."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    for name, fn in cases.items():
+        fn()  # the profiler's first step carries its own start-up cost
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            fn()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - start) * 1e3
+        events = prof.key_averages()
+        device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+        print(
+            f"\n== profile: {name}: wall {wall_ms:.1f} ms, device busy {device_us / 1e3:.1f} ms (sum of kernels)"
+        )
+        sort = "self_device_time_total" if dev == "cuda" else "self_cpu_time_total"
+        print(events.table(sort_by=sort, row_limit=20, max_name_column_width=60))
+        print(events.table(sort_by="cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
 if __name__ == "__main__":
