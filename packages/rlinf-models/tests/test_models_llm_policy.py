@@ -199,3 +199,24 @@ def test_remove_padding_equals_the_padded_path_with_gradients(tmp_path: Path, ar
     assert g_pad.keys() == g_pack.keys() and len(g_pad) > 5
     for name in g_pad:
         torch.testing.assert_close(g_pack[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_default_chunking_bounds_the_logits_buffer_by_bytes() -> None:
+    from rlinf_models.llm._policy import LOGPROB_CHUNK_BYTES, auto_chunk_rows, token_logprobs_and_entropy
+
+    assert auto_chunk_rows(151_936) == 883  # Qwen2.5: 883 x 151,936 float32 logits stay within 512 MiB
+    assert auto_chunk_rows(151_936) * 151_936 * 4 <= LOGPROB_CHUNK_BYTES < 884 * 151_936 * 4
+    assert auto_chunk_rows(512) == 262_144 and auto_chunk_rows(2**40) == 1
+    # Unset, a small vocabulary is scored in one chunk: equal to explicit chunks, with the same gradients.
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(8, 40, bias=False)
+    hidden = torch.randn(50, 8, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (50,), generator=g)
+    results = []
+    for chunk in (None, 7):
+        lp, ent = token_logprobs_and_entropy(hidden, targets, head, compute_entropy=True, chunk_size=chunk)
+        assert ent is not None
+        (grad,) = torch.autograd.grad(lp.sum() + ent.sum(), hidden)
+        results.append((lp.detach(), ent.detach(), grad))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -111,8 +111,10 @@ class LLMActorConfig:
     the rollout's ``sampling.temperature`` so PPO ratios compare the same distributions)."""
     sft_lr: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
     """Learning rate of ``run_sft`` steps (default: ``optim.lr``)."""
-    logprob_chunk_size: int = attrs.field(default=1024, validator=v.ge(1))
-    """Tokens per chunk of the vocabulary log-softmax (bounds the ``[chunk, vocab]`` float32 buffer)."""
+    logprob_chunk_size: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """Tokens per chunk of the vocabulary log-softmax (bounds the ``[chunk, vocab]`` float32 buffer; with more
+    than one chunk each is recomputed in the backward pass). null: as many tokens as keep that buffer within
+    512 MiB (about 880 for a 152k vocabulary; a whole micro-batch for a small one)."""
     use_remove_padding: bool = False
     """Pack each micro-batch's attended tokens into one sequence for the decoder (no work on padding; rows kept
     apart by their position ids: a block-diagonal mask for ``sdpa`` / ``eager``, variable-length kernels for

@@ -22,7 +22,13 @@ from torch.utils.checkpoint import checkpoint
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CausalLMPolicy", "position_ids_from_mask", "token_logprobs_and_entropy"]
+__all__ = [
+    "LOGPROB_CHUNK_BYTES",
+    "CausalLMPolicy",
+    "auto_chunk_rows",
+    "position_ids_from_mask",
+    "token_logprobs_and_entropy",
+]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -47,6 +53,19 @@ def _chunk_scores(
     return token_lp, ent
 
 
+LOGPROB_CHUNK_BYTES = 512 * 2**20
+"""Size of the float32 ``[chunk, vocab]`` logits one log-softmax chunk may hold when no chunk size is set."""
+
+
+def auto_chunk_rows(vocab_size: int) -> int:
+    """Rows per log-softmax chunk whose float32 logits fit :data:`LOGPROB_CHUNK_BYTES` (at least 1).
+
+    About 880 rows for a 152k vocabulary (Qwen2.5); a small vocabulary scores a whole micro-batch at once, with
+    no recomputation in the backward pass and no per-chunk kernel launches.
+    """
+    return max(1, LOGPROB_CHUNK_BYTES // (4 * vocab_size))
+
+
 def token_logprobs_and_entropy(
     hidden: torch.Tensor,
     targets: torch.Tensor,
@@ -54,7 +73,7 @@ def token_logprobs_and_entropy(
     *,
     temperature: float = 1.0,
     compute_entropy: bool = False,
-    chunk_size: int = 1024,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of each target token (and the distribution's entropy) from hidden states, chunk by chunk.
 
@@ -68,7 +87,7 @@ def token_logprobs_and_entropy(
         lm_head: the output projection (``[vocab, H]`` weight).
         temperature: logits are divided by it (> 0).
         compute_entropy: also return ``[N]`` entropies.
-        chunk_size: rows per chunk.
+        chunk_size: rows per chunk (``None``: :func:`auto_chunk_rows` of the vocabulary size).
 
     Returns:
         ``(logprobs [N] float32, entropy [N] float32 or None)``.
@@ -77,6 +96,8 @@ def token_logprobs_and_entropy(
         raise ValueError(f"temperature must be > 0 to score tokens, got {temperature}")
     inv_temp = 1.0 / float(temperature)
     weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
+    if chunk_size is None:
+        chunk_size = auto_chunk_rows(int(weight.shape[0]))
     # One chunk holds at most [chunk, vocab] anyway; with several, recompute each in the backward pass.
     use_ckpt = (
         hidden.shape[0] > chunk_size
@@ -129,15 +150,15 @@ class CausalLMPolicy(nn.Module):
         model: The HF causal LM (``model.model`` returns hidden states, ``get_output_embeddings()`` is the
             LM head); its parameters are trained in place.
         add_value_head: Add ``value_head = Linear(hidden_size, 1)`` (float32) for PPO critics.
-        logprob_chunk_size: Rows per chunk of the vocabulary log-softmax.
+        logprob_chunk_size: Rows per chunk of the vocabulary log-softmax (``None``: :func:`auto_chunk_rows`).
     """
 
     def __init__(
-        self, model: PreTrainedModel, *, add_value_head: bool = False, logprob_chunk_size: int = 1024
+        self, model: PreTrainedModel, *, add_value_head: bool = False, logprob_chunk_size: int | None = None
     ) -> None:
         super().__init__()
         self.model: PreTrainedModel = model
-        self.logprob_chunk_size = int(logprob_chunk_size)
+        self.logprob_chunk_size = None if logprob_chunk_size is None else int(logprob_chunk_size)
         hidden_size = int(model.config.hidden_size)
         self.value_head: nn.Linear | None = None
         if add_value_head:
