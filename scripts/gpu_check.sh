@@ -30,6 +30,13 @@ if [ -z "${RLINF_GPU_PYTHON:-}" ] && [ -d .whl ]; then
     echo "[gpu_check] installing the carried wheels into /tmp/rlinf_site"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rlinf_site .whl/*.whl || exit 1
     for a in .whl/*.tar.xz; do [ -e "$a" ] && tar -xJf "$a" -C /tmp/rlinf_site; done
+    # The workspace packages run from packages/*/src; give them the metadata importlib.metadata reads.
+    for pkg in packages/*/; do
+        name=$(basename "$pkg")
+        ver=$(sed -n 's/^version = "\(.*\)"/\1/p' "$pkg/pyproject.toml" | head -n 1)
+        info=/tmp/rlinf_site/${name//-/_}-$ver.dist-info
+        mkdir -p "$info" && printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$name" "$ver" >"$info/METADATA"
+    done
     export PYTHONPATH=/tmp/rlinf_site
 fi
 SITE_PATH=${PYTHONPATH:-}  # the carried wheels (or nothing): under either source tree
