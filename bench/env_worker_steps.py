@@ -164,6 +164,11 @@ def main() -> None:
         "while the other half's observations are with the rollout",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--timings",
+        action="store_true",
+        help="print the env worker's phase timers per segment (share of its time)",
+    )
     parser.add_argument("--env-kwargs", default="{}", help="JSON: extra VecEnvConfig fields (e.g. task ids)")
     args = parser.parse_args()
     if args.env_type == "maniskill" and not os.environ.get("VK_ICD_FILENAMES"):
@@ -221,9 +226,13 @@ def main() -> None:
                 env.interact(f"srv_{tag}", None, 0).wait(timeout=3600)
                 elapsed = time.perf_counter() - start
                 serve.wait(timeout=60)
+                timings = env.pop_timings().wait(timeout=60)[0]
                 if rep:
                     raw_rates.append(base)
                     worker_rates.append(args.steps * args.num_envs / elapsed)
+                    if args.timings:
+                        shares = {k: round(v / elapsed, 3) for k, v in sorted(timings.items())}
+                        print(json.dumps({"segment_s": round(elapsed, 3), "share_of_segment": shares}))
             env.close().wait(timeout=60)
             row = {
                 "env": f"{args.env_type}:{args.env_id}",

@@ -386,6 +386,14 @@ def _copy(obs: NpObs) -> NpObs:
     return obs.copy()
 
 
+def _stack_obs(per_env: Sequence[Any]) -> NpObs:
+    """The slots' observations as one ``[N, ...]`` array (state) or dict of arrays (``rgb``)."""
+    first = per_env[0]
+    if isinstance(first, Mapping):
+        return {k: np.stack([o[k] for o in per_env]) for k in first}
+    return np.stack(per_env).astype(np.float32, copy=False)
+
+
 def _as_obs(obs: Any) -> NpObs:
     if isinstance(obs, Mapping):
         return {k: np.asarray(v) for k, v in obs.items()}
@@ -530,7 +538,16 @@ class MetaWorldVecEnv:
             self._vec.step_async(actions)
             obs, rew, _, _, info = self._vec.step_wait(timeout=self._timeout)
         else:
-            obs, rew, _, _, info = self._vec.step(actions)
+            # The slots one after another, without SyncVectorEnv.step's observation copy and info merging (a
+            # tenth of a state-mode step): the slots never return True flags or need its autoreset, and the
+            # episode ends come from the three info flags read here.
+            steps = [env.step(a) for env, a in zip(self._vec.envs, actions, strict=True)]
+            infos = [out[4] for out in steps]
+            flags = [
+                np.array([i[k] for i in infos], dtype=bool) for k in ("terminated", "truncated", "success")
+            ]
+            rew = np.array([out[1] for out in steps], dtype=np.float64)
+            return _stack_obs([out[0] for out in steps]), rew, flags[0], flags[1], flags[2]
         flags = [np.asarray(info[k], dtype=bool) for k in ("terminated", "truncated", "success")]
         return _as_obs(obs), np.asarray(rew), flags[0], flags[1], flags[2]
 
