@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering (the raw Meta-World rgb case)
 
 
 # --------------------------------------------------------------------------------------------- raw loops
@@ -86,8 +87,54 @@ def raw_libero(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | None)
     return segment
 
 
+class _RawMetaWorldFastRender:
+    """``n`` Meta-World envs made by the package, each drawn by MuJoCo's own ``mujoco.Renderer`` at the env
+    backend's picture quality (no shadows, reflections or multisampling), the camera the backend defaults to."""
+
+    def __init__(self, env_id: str, n: int, size: tuple[int, int], camera: str) -> None:
+        import gymnasium as gym
+        import metaworld  # noqa: F401  (registers Meta-World/MT1)
+        import mujoco
+        from rlinf_envs.metaworld import benchmark_tasks
+
+        tasks, _ = benchmark_tasks(env_id)
+        self.envs: list[Any] = []
+        self.renderers: list[Any] = []
+        for i in range(n):
+            env = gym.make("Meta-World/MT1", env_name=tasks[i % len(tasks)], seed=i, disable_env_checker=True)
+            env.reset(seed=i)
+            model = env.unwrapped.model
+            model.vis.quality.offsamples = 0
+            model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), size[1])
+            model.vis.global_.offheight = max(int(model.vis.global_.offheight), size[0])
+            renderer = mujoco.Renderer(model, size[0], size[1])
+            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            self.envs.append(env)
+            self.renderers.append(renderer)
+        self.camera = camera
+
+    def segment(self, steps: int) -> float:
+        actions = np.random.default_rng(0).uniform(-1, 1, (steps, len(self.envs), 4)).astype(np.float32)
+        start = time.perf_counter()
+        for a in actions:
+            for i, env in enumerate(self.envs):
+                _, _, term, trunc, _ = env.step(a[i])
+                renderer = self.renderers[i]
+                renderer.update_scene(env.unwrapped.data, camera=self.camera)
+                renderer.render()
+                if term or trunc:
+                    env.reset()
+        return actions.size / 4 / (time.perf_counter() - start)
+
+
 def raw_metaworld(env_id: str, n: int, obs_mode: str, size: tuple[int, int] | None) -> Callable[[int], float]:
-    """``n`` Meta-World envs made by the package (``bench/metaworld_env_steps.py``'s raw case; full-quality render)."""
+    """``n`` Meta-World envs made by the package: state, or rgb drawn at the backend's picture quality by
+    ``mujoco.Renderer`` (``RLINF_BENCH_RAW_RENDER=full``: gymnasium's full-quality ``render()`` instead, the
+    raw case of ``bench/metaworld_env_steps.py``)."""
+    if obs_mode == "rgb" and size is not None and os.environ.get("RLINF_BENCH_RAW_RENDER", "fast") == "fast":
+        fast = _RawMetaWorldFastRender(env_id, n, size, "corner4")  # the backend's default camera
+        return fast.segment
     mod = _bench_module("metaworld_env_steps")
     cache: dict[int, Any] = {}
 
