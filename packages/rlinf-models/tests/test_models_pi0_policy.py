@@ -221,3 +221,77 @@ def test_bad_combinations_name_the_field(tokenizer_dir: Path) -> None:
         policy.evaluate(_obs(), torch.zeros(4, 3, 7), None)
     with pytest.raises(FileNotFoundError, match="norm_stats_path"):
         _policy("pi0", tokenizer_dir, norm_stats_path=str(tokenizer_dir / "absent.json"))
+
+
+# ---------------------------------------------------------------------------------------------- LoRA
+def test_lora_adapts_only_the_gemma_towers_and_freezes_the_backbone(tokenizer_dir: Path) -> None:
+    plain = _policy("pi0", tokenizer_dir, seed=0)
+    lora = _policy("pi0", tokenizer_dir, seed=0, is_lora=True, lora_rank=4, lora_alpha=8.0)
+    names = [n for n, _ in lora.named_parameters() if ".lora_A." in n]
+    assert names and all(".language_model." in n or ".gemma_expert." in n for n in names)
+    assert not any("vision_tower" in n for n in names)  # SigLIP's q_proj & co. keep no adapter
+    trainable = {n for n, p in lora.named_parameters() if p.requires_grad}
+    backbone = {n for n in trainable if n.startswith("model.paligemma_with_expert.")}
+    assert backbone == {n for n, _ in lora.named_parameters() if ".lora_" in n}
+    assert "model.action_out_proj.weight" in trainable and "model.state_proj.weight" in trainable
+    # B starts at zero: the adapted policy acts exactly as the plain one.
+    obs = _obs()
+    a = plain.act(obs, generator=torch.Generator().manual_seed(1))
+    b = lora.act(obs, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a.actions, b.actions, atol=0, rtol=0)
+
+
+def test_lora_training_reaches_the_rollout_through_merged_weights(tokenizer_dir: Path) -> None:
+    from rlinf_models.policies import rollout_state_dict
+
+    actor = _policy("pi0", tokenizer_dir, seed=0, is_lora=True, lora_rank=4, lora_alpha=8.0)
+    frozen = {n: p.detach().clone() for n, p in actor.named_parameters() if not p.requires_grad}
+    optim = torch.optim.Adam([p for p in actor.parameters() if p.requires_grad], lr=1e-2)
+    obs = _obs()
+    actions = torch.rand(4, 3, 7) * 2 - 1
+    for _ in range(3):
+        loss = actor.imitation_loss(obs, actions, torch.ones(4, 3))
+        optim.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optim.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in actor.named_parameters() if n in frozen)
+    assert any(float(p.detach().abs().sum()) > 0 for n, p in actor.named_parameters() if ".lora_B." in n)
+    rollout = build_inference_policy(SPEC, actor.config)
+    assert not any(".lora_" in n for n in rollout.state_dict())
+    rollout.load_state_dict(rollout_state_dict(actor.config, actor.state_dict()))  # strict: keys match
+    a = actor.act(obs, deterministic=True)
+    b = rollout.act(obs, deterministic=True)
+    torch.testing.assert_close(a.actions, b.actions, atol=1e-4, rtol=1e-4)
+    # The merge is what moved the rollout: the base weights alone give other actions.
+    base = build_inference_policy(SPEC, actor.config)
+    base.load_state_dict(
+        {k.replace(".base_layer.", "."): v for k, v in actor.state_dict().items() if ".lora_" not in k}
+    )
+    assert not torch.allclose(base.act(obs, deterministic=True).actions, a.actions, atol=1e-4)
+
+
+def test_plain_weights_load_under_the_adapters_and_lora_weights_need_is_lora(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    from rlinf_models.policies import load_policy_weights
+
+    plain = _policy("pi0", tokenizer_dir, seed=0)
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.add_(0.01)
+    torch.save(plain.state_dict(), tmp_path / "plain.pt")
+    lora = _policy("pi0", tokenizer_dir, seed=1, is_lora=True, lora_rank=4)
+    loaded = load_policy_weights(lora, tmp_path / "plain.pt", field="actor.model.model_path", strict=False)
+    assert not [k for k in loaded.kept if ".lora_" not in k]  # every base weight came from the file
+    obs = _obs()
+    torch.testing.assert_close(
+        lora.act(obs, deterministic=True).actions, plain.act(obs, deterministic=True).actions, atol=0, rtol=0
+    )
+    torch.save(lora.state_dict(), tmp_path / "lora.pt")
+    with pytest.raises(ValueError, match="is_lora: true"):
+        load_policy_weights(plain, tmp_path / "lora.pt", field="actor.model.model_path", strict=False)
+
+
+def test_is_lora_is_for_vla_models_only() -> None:
+    with pytest.raises(ValueError, match="is_lora"):
+        PolicyConfig(model_type="mlp", is_lora=True)

@@ -42,7 +42,7 @@ from .._fsdp import (
     shard_module,
 )
 from ..actor import resumed_schedule_total
-from ..policies import build_policy, checkpoint_weights_file, load_policy_weights
+from ..policies import build_policy, checkpoint_weights_file, load_policy_weights, rollout_state_dict
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer, staleness_counts
 
 __all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories", "init_from_model_path"]
@@ -248,7 +248,7 @@ class EmbodiedActorWorker(Worker):
             The version sent.
         """
         self._reload()
-        state = full_model_state_dict(self.policy)
+        state = rollout_state_dict(self.cfg.model, full_model_state_dict(self.policy))
         version = self.get_model_version()
         send_weights(
             self,
@@ -270,7 +270,7 @@ class EmbodiedActorWorker(Worker):
         the rollout, which takes the newest message between two inference calls.
         """
         self._reload()
-        state = full_model_state_dict(self.policy)
+        state = rollout_state_dict(self.cfg.model, full_model_state_dict(self.policy))
         version = self.get_model_version()
         if self.rank == 0:
             publish_weights(

@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .._config import OptimConfig
+from .._lora_config import LoraShape
 from .megatron._config import MegatronConfig
 
 __all__ = ["SMOLLM2_ALIAS", "TRAINING_BACKENDS", "LLMActorConfig", "LLMModelConfig", "model_path_problems"]
@@ -33,7 +34,7 @@ def _non_empty(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> 
 
 
 @attrs.frozen(kw_only=True)
-class LLMModelConfig:
+class LLMModelConfig(LoraShape):
     """A Hugging Face causal LM (config ``actor.model``; the rollout reads the same block).
 
     Paths are resolved by :func:`rlinf_models.llm.resolve_model_path`: a local HF checkpoint directory, or the
@@ -59,12 +60,6 @@ class LLMModelConfig:
     is_lora: bool = False
     """Train LoRA adapters (peft) on the ``lora_target_modules`` instead of the whole model: the base weights
     stay frozen, the rollout and exports get the merged weights ``W + (alpha / rank) B A``."""
-    lora_rank: int = attrs.field(default=32, validator=v.ge(1))
-    """Rank of the adapters (``A: [rank, in]``, ``B: [out, rank]``)."""
-    lora_alpha: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
-    """LoRA scaling numerator: updates are scaled by ``lora_alpha / lora_rank`` (null: ``lora_rank``, scale 1)."""
-    lora_dropout: float = attrs.field(default=0.0, validator=[v.ge(0.0), v.lt(1.0)])
-    """Dropout on the adapters' input during training."""
     lora_target_modules: tuple[str, ...] = attrs.field(
         default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         converter=tuple,
@@ -75,11 +70,6 @@ class LLMModelConfig:
     lora_path: str | None = attrs.field(default=None, validator=_non_empty)
     """A PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``, as ``rlinf-export``
     and ``save_hf`` write beside a LoRA model) to start from instead of fresh adapters."""
-
-    @property
-    def lora_scaling(self) -> float:
-        """``lora_alpha / lora_rank``."""
-        return (self.lora_alpha if self.lora_alpha is not None else float(self.lora_rank)) / self.lora_rank
 
 
 @attrs.frozen(kw_only=True)

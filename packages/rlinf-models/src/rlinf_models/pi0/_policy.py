@@ -22,9 +22,10 @@ prompts are tokenised per call.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import torch
@@ -46,7 +47,7 @@ from ._inputs import (
 )
 from ._model import Pi0Model, PrefixCache
 
-__all__ = ["PI0_FORWARD_INPUT_KEYS", "Pi0Policy", "load_norm_stats"]
+__all__ = ["PI0_FORWARD_INPUT_KEYS", "Pi0Policy", "apply_lora", "load_norm_stats"]
 
 PI0_FORWARD_INPUT_KEYS = FORWARD_INPUT_KEYS
 """``PolicyOutput.forward_inputs`` of :meth:`Pi0Policy.act`: ``chains [N, K+1, chunk_size, max_action_dim]`` (the
@@ -86,6 +87,41 @@ class _Cond:
     state: Tensor | None
 
 
+def apply_lora(model: Pi0Model, config: PolicyConfig) -> None:
+    """Inject peft LoRA adapters into the Gemma towers' ``config.lora_target_modules``, in place.
+
+    The rest of the backbone (``paligemma_with_expert``) is frozen: only the adapters and the modules outside
+    the backbone (projections, time MLPs, heads) keep ``requires_grad``.
+
+    Raises:
+        ImportError: without peft (naming the extra).
+        ValueError: naming ``actor.model.lora_target_modules`` when none of them is in the towers.
+    """
+    try:
+        import peft
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError(f'actor.model.is_lora needs peft ({e}): pip install "rlinf-models[openpi]"') from e
+    names = "|".join(re.escape(name) for name in config.lora_target_modules)
+    alpha: Any = config.lora_alpha if config.lora_alpha is not None else config.lora_rank  # peft types it int
+    lora = peft.LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=alpha,
+        lora_dropout=config.lora_dropout,
+        # A regex is matched against whole module paths: the language model's and the expert's layers only.
+        target_modules=rf".*\.(language_model|gemma_expert)\..*\.({names})",
+        bias="none",
+    )
+    try:
+        peft.inject_adapter_in_model(lora, model.paligemma_with_expert, adapter_name="default")
+    except ValueError as e:
+        raise ValueError(
+            f"actor.model.lora_target_modules {list(config.lora_target_modules)} match no layer of the Gemma "
+            f"towers ({e})"
+        ) from None
+    for name, param in model.paligemma_with_expert.named_parameters():
+        param.requires_grad_(".lora_" in name)
+
+
 class Pi0Policy(nn.Module):
     """π0 / π0.5 (``actor.model.model_type: pi0`` / ``pi05``) with the interface of ``FlowPolicy``.
 
@@ -103,6 +139,8 @@ class Pi0Policy(nn.Module):
         if config.model_path is None or config.tokenizer_path is None or config.norm_stats_path is None:
             raise ValueError("actor.model: pi0 / pi05 need model_path, tokenizer_path and norm_stats_path")
         model, _ = load_pi0(config.model_path)
+        if config.is_lora:
+            apply_lora(model, config)
         mc = model.config
         if mc.pi05 != (config.model_type == "pi05"):
             kind = "pi05" if mc.pi05 else "pi0"

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._factory import build_inference_policy, build_policy
     from ._flow import FlowPolicy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
-    from ._weights import LoadedWeights, load_policy_weights
+    from ._weights import LoadedWeights, load_policy_weights, rollout_state_dict
 
 # The modules pull in torch: loaded on first use, so that the configs (read by the driver before Ray starts
 # the workers) stay light.
@@ -31,6 +31,7 @@ __getattr__ = lazy_exports(
         "SquashedGaussianPolicy": "._sac",
         "LoadedWeights": "._weights",
         "load_policy_weights": "._weights",
+        "rollout_state_dict": "._weights",
     },
 )
 
@@ -48,4 +49,5 @@ __all__ = [
     "build_policy",
     "checkpoint_weights_file",
     "load_policy_weights",
+    "rollout_state_dict",
 ]

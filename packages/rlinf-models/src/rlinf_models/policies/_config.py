@@ -8,6 +8,8 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from .._lora_config import LoraShape
+
 __all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
 
 VLA_MODEL_TYPES = ("pi0", "pi05")
@@ -35,7 +37,7 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 
 
 @attrs.frozen(kw_only=True)
-class PolicyConfig:
+class PolicyConfig(LoraShape):
     """Policy architecture (config ``actor.model``)."""
 
     model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05"] = "mlp"
@@ -119,6 +121,19 @@ class PolicyConfig:
     state_key: str = "state"
     """``pi0`` / ``pi05``: the observation's proprioceptive vector entry (the model's state, normalised with
     ``norm_stats_path``)."""
+    is_lora: bool = False
+    """``pi0`` / ``pi05``: train LoRA adapters (peft) on the ``lora_target_modules`` of the two Gemma towers (the
+    PaliGemma language model and the action expert) instead of the whole backbone. Every other backbone weight
+    (those towers' base weights, SigLIP, the projector, the embeddings) is frozen; the action/state projections,
+    time MLPs and the value and noise heads train fully. The rollout receives the merged weights
+    ``W + (lora_alpha / lora_rank) B A``, so it runs the plain model."""
+    lora_target_modules: tuple[str, ...] = attrs.field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        converter=tuple,
+        validator=v.min_len(1),
+    )
+    """Names (last component) of the Gemma towers' linear layers that get adapters (default: every attention and
+    MLP projection). Layers of the same name in the SigLIP vision tower are not adapted."""
 
     @property
     def flow_joint_logprob(self) -> bool:
@@ -147,6 +162,11 @@ class PolicyConfig:
                     f"model_type {self.model_type!r} needs {', '.join(missing)}: the checkpoint directory, "
                     "the tokenizer directory and the normalisation statistics (docs/vla.md)"
                 )
+        elif self.is_lora:
+            raise ValueError(
+                f"is_lora trains adapters on a VLA backbone (model_type 'pi0' / 'pi05'), not {self.model_type!r}: "
+                "set is_lora: false"
+            )
         elif self.tokenizer_path is not None or self.norm_stats_path is not None:
             raise ValueError(
                 f"tokenizer_path and norm_stats_path belong to model_type 'pi0' / 'pi05', not {self.model_type!r}: "

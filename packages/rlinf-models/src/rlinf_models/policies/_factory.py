@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
 from rlinf_core.protocols import EnvSpec
 
 from ._actor_critic import ActorCritic
@@ -47,4 +48,7 @@ def build_inference_policy(
     """
     if config.add_q_head:
         return SquashedGaussianPolicy(spec, config)
+    if config.is_lora:
+        # The actor sends merged weights (rollout_state_dict): the rollout runs the plain model.
+        config = attrs.evolve(config, is_lora=False)
     return build_policy(spec, config)

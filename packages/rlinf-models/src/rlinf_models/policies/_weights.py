@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["LoadedWeights", "load_policy_weights"]
+__all__ = ["LoadedWeights", "load_policy_weights", "rollout_state_dict"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,35 @@ def _modules(keys: tuple[str, ...]) -> str:
     return ", ".join(dict.fromkeys(k.split(".")[0] for k in keys))
 
 
+_BASE = ".base_layer."
+
+
+def _lora_layout(
+    state: dict[str, torch.Tensor], own: dict[str, torch.Tensor], path: Path, field: str
+) -> dict[str, torch.Tensor]:
+    """``state`` under the policy's key layout when one side has LoRA adapters (``is_lora``) and the other not.
+
+    Plain weights into a LoRA policy: ``P.weight`` becomes the frozen ``P.base_layer.weight`` (the adapters
+    start fresh). LoRA weights into a plain policy are refused: merging them needs the run's ``lora_alpha``.
+    """
+    file_lora = any(_BASE in k for k in state)
+    own_lora = any(_BASE in k for k in own)
+    if file_lora and not own_lora:
+        raise ValueError(
+            f"{field}: the weights at {path} hold LoRA adapters (keys with '.base_layer.'); build the policy "
+            "with actor.model.is_lora: true and the lora_rank / lora_alpha of the run that wrote them"
+        )
+    if not own_lora or file_lora:
+        return state
+    out = dict(state)
+    for key in own:
+        if _BASE in key:
+            plain = key.replace(_BASE, ".")
+            if plain in out and key not in out:
+                out[key] = out.pop(plain)
+    return out
+
+
 def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bool) -> LoadedWeights:
     """Load a ``model.pt`` (a full state dict, as the actor workers save it) into an unsharded ``policy``.
 
@@ -60,6 +91,7 @@ def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bo
         raise FileNotFoundError(f"{field}: no policy weights at {path}")
     state: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)
     own = policy.state_dict()
+    state = _lora_layout(state, own, path, field)
     mismatched = [
         f"{k} {tuple(state[k].shape)} in the file, {tuple(v.shape)} here"
         for k, v in own.items()
@@ -85,3 +117,15 @@ def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bo
         )
     policy.load_state_dict({k: state[k] for k in loaded}, strict=False)
     return LoadedWeights(path, loaded, kept, ignored)
+
+
+def rollout_state_dict(config: Any, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights the rollout's policy loads: the actor's ``state``, LoRA adapters merged when ``is_lora``.
+
+    Merged: ``P.weight = P.base_layer.weight + lora_scaling · B A``, the adapter entries dropped. The rollout builds its policy without adapters (:func:`build_inference_policy`), so it runs the plain model.
+    """
+    if not getattr(config, "is_lora", False):
+        return dict(state)
+    from ..llm._lora import merge_lora_state
+
+    return merge_lora_state(state, float(config.lora_scaling))
