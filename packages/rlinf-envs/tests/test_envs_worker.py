@@ -137,10 +137,17 @@ def test_env_and_rollout_exchange_a_trajectory(cluster: Any, stages: int, rollou
     assert torch.any(rewards[truncated_or_done] != 1.0)
 
     serve = rollout.generate(f"env{tag}", "eval")
-    result = env.evaluate(f"rollout{tag}").wait(timeout=120)[0]
+    result = env.evaluate(f"rollout{tag}", None, channel, "progress").wait(timeout=120)[0]
     serve.wait(timeout=60)
     # One episode per eval env and round (no auto-reset), each ended by failure or the time limit.
     assert len(result["returns"]) == 4 * stages and all(0 < r <= 300 for r in result["returns"])
+    # Progress reports: at least one per round, counting up to every round's chunk steps and episodes.
+    reports = []
+    while not channel.empty(key="progress"):
+        reports.append(channel.get_nowait(key="progress"))
+    assert len(reports) >= stages and all(r["rank"] == 0 and r["total"] == stages * 300 for r in reports)
+    assert [r["done"] for r in reports] == sorted(r["done"] for r in reports)
+    assert (reports[-1]["done"], reports[-1]["episodes"]) == (stages * 300, 4 * stages)
     if stages == 2:  # the second round starts from the next seeds: other initial states, other episodes
         assert sorted(result["lengths"][:4]) != sorted(result["lengths"][4:])
     channel.shutdown()

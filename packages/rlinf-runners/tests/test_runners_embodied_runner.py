@@ -122,3 +122,57 @@ def test_resume_restores_step_and_actor(tmp_path: Path) -> None:
     assert runner.actor.version == 3  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="does not exist"):
         _runner(tmp_path, [], [], resume_dir=str(tmp_path / "nope")).run()
+
+
+def test_evaluation_progress_bar_follows_the_slowest_env_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlinf_scheduler import Empty
+
+    runner = _runner(tmp_path, [], [])
+    runner.env.world_size = 2  # type: ignore[attr-defined]
+    reports = [
+        {"rank": 0, "done": 6, "total": 10, "episodes": 1},
+        {"rank": 1, "done": 3, "total": 10, "episodes": 0},
+        {"rank": 0, "done": 10, "total": 10, "episodes": 4},
+        {"rank": 1, "done": 10, "total": 10, "episodes": 4},
+    ]
+    shown: list[int] = []
+
+    class Chan:
+        def get(self, key: str, timeout: float) -> Any:
+            assert key == "k"
+            return self.get_nowait(key)
+
+        def get_nowait(self, key: str) -> Any:
+            if not reports:
+                raise Empty("none")
+            return reports.pop(0)
+
+    class Call:
+        def done(self) -> bool:
+            return not reports
+
+        def wait(self, timeout: float | None = None) -> list[str]:
+            return ["r0", "r1"]
+
+    import rlinf_runners._embodied as embodied
+
+    real = embodied.tqdm
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        bar = real(*args, **kwargs)
+        refresh = bar.refresh
+
+        def record(*a: Any, **k: Any) -> Any:
+            shown.append(bar.n)
+            return refresh(*a, **k)
+
+        bar.refresh = record
+        return bar
+
+    monkeypatch.setattr(embodied, "tqdm", spy)
+    assert runner._wait_showing_progress(Call(), Chan(), "k") == ["r0", "r1"]  # type: ignore[arg-type]
+    # The bar waits for every rank's first report, then shows the slowest rank's chunk steps.
+    assert shown == [0, 3, 3, 10]
+    assert "episodes=8" in capsys.readouterr().err

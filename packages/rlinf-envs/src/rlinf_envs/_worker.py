@@ -14,6 +14,7 @@ reply: ``{"actions", "logprobs" [n, C*D], "values" [n, 1], "final_values" [n, 1]
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,13 @@ class EnvWorker(Worker):
         self._send_end(rollout_group, peers)
         return stats.as_dict() | {"env_steps": steps}
 
-    def evaluate(self, rollout_group: str, video_dir: str | None = None) -> dict[str, Any]:
+    def evaluate(
+        self,
+        rollout_group: str,
+        video_dir: str | None = None,
+        progress: Channel | None = None,
+        progress_key: str = "eval_progress",
+    ) -> dict[str, Any]:
         """``algorithm.eval_rollout_epoch`` rounds of ``env.eval`` envs from fixed seeds, deterministic actions.
 
         Each round resets every env and runs until every env's episode ended or
@@ -189,6 +196,10 @@ class EnvWorker(Worker):
             rollout_group: the rollout group answering the observations.
             video_dir: with ``env.eval.video_cfg.save_video``: where this rank writes the MP4 files of its first
                 ``video_cfg.num_envs`` envs (first stage), one per episode, in every round.
+            progress: a channel for progress reports: at most every ``PROGRESS_EVERY_S`` seconds and at the end
+                of each round this rank puts ``{"rank", "done", "total", "episodes"}`` under ``progress_key``
+                (chunk steps done and planned over all rounds, episodes finished so far).
+            progress_key: the channel key of this evaluation's reports.
 
         Returns:
             The finished episodes' ``returns``, ``lengths``, ``successes``, ``successes_at_end``, ``tasks``
@@ -200,8 +211,16 @@ class EnvWorker(Worker):
         peers = self._peers(self.n_eval)
         stats = EpisodeStats()
         files: list[str] = []
+        report = None
+        if progress is not None:
+            report = _ProgressReport(
+                progress,
+                progress_key,
+                self.rank,
+                self.algorithm.eval_rollout_epoch * (cfg.max_steps_per_rollout_epoch // self.chunks),
+            )
         for round_ in range(self.algorithm.eval_rollout_epoch):
-            files += self._eval_round(rollout_group, peers, round_, stats, video_dir)
+            files += self._eval_round(rollout_group, peers, round_, stats, video_dir, report)
         self._send_end(rollout_group, peers)
         return stats.as_dict() | {"videos": files}
 
@@ -212,6 +231,7 @@ class EnvWorker(Worker):
         round_: int,
         stats: EpisodeStats,
         video_dir: str | None,
+        report: _ProgressReport | None = None,
     ) -> list[str]:
         cfg = self.cfg.eval
         assert self._eval is not None
@@ -235,8 +255,12 @@ class EnvWorker(Worker):
                     self._record(videos, env, res, ended)
             if t == t_chunks - 1 or all(f.all() for f in finished):
                 break
+            if report is not None:
+                report.step(round_ * t_chunks + t + 1, len(stats.returns))
             for s in range(self.stages):
                 self._send_obs(rollout_group, peers, s, obs[s], None, deterministic=True)
+        if report is not None:
+            report.step((round_ + 1) * t_chunks, len(stats.returns), force=True)
         if videos is None:
             return []
         videos.close()
@@ -488,3 +512,23 @@ _RESEED_STRIDE = 1_000_003
 
 _TIMEOUT_S = 600.0
 """Longest wait for a rollout reply (a dead rollout ends the run much sooner through the failure monitor)."""
+
+
+PROGRESS_EVERY_S = 1.0
+"""Least interval between two progress reports of an evaluating env rank (the end of a round always reports)."""
+
+
+class _ProgressReport:
+    """Throttled ``{"rank", "done", "total", "episodes"}`` reports of one evaluation on a channel."""
+
+    def __init__(self, channel: Channel, key: str, rank: int, total: int) -> None:
+        self.channel, self.key, self.rank, self.total = channel, key, rank, total
+        self.last = float("-inf")
+
+    def step(self, done: int, episodes: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        msg = {"rank": self.rank, "done": min(done, self.total), "total": self.total, "episodes": episodes}
+        self.channel.put_nowait(msg, key=self.key)

@@ -23,7 +23,8 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from rlinf_core.checkpoint import atomic_write_bytes
 from rlinf_core.protocols import EmbodiedActor, EmbodiedRollout, EnvRole, TimedRole, TrajectoryActor
-from rlinf_scheduler import Channel, RoleCall, RoleGroup
+from rlinf_scheduler import Channel, Empty, RoleCall, RoleGroup
+from tqdm.auto import tqdm
 
 from ._base import Runner, StepCallback
 from ._config import RunnerConfig
@@ -197,6 +198,7 @@ class EnvRunner(Runner, Generic[A]):
         self.random_warmup_steps = random_warmup_steps
         self._channel: Any = channel
         self._owns_channel = channel is None
+        self._eval_count = 0  # keys each evaluation's progress reports apart on the channel
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -255,11 +257,54 @@ class EnvRunner(Runner, Generic[A]):
         out_dir = self.log_path / "eval" / f"global_step_{self.global_step}"
         video_dir = self.video_dir or str(out_dir / "videos")
         serve = self.rollout.call(EmbodiedRollout.generate, self.env.name, "eval", **self.generate_options())
-        results = self.wait(self.env.call(EnvRole.evaluate, self.rollout.name, video_dir))
+        progress = self._channel_for_actor() if self.cfg.progress_bar else None
+        self._eval_count += 1
+        key = f"eval_progress_{self._eval_count}"
+        results = self._wait_showing_progress(
+            self.env.call(EnvRole.evaluate, self.rollout.name, video_dir, progress, key), progress, key
+        )
         self.wait(serve)
         metrics = self.record_eval(_merge_episode_stats(results, "eval"), start)
         self._write_results(results, out_dir)
         return metrics
+
+    def _wait_showing_progress(
+        self, call: RoleCall[dict[str, Any]], channel: Channel | None, key: str
+    ) -> list[dict[str, Any]]:
+        """:meth:`wait` for an evaluation, meanwhile showing the env ranks' progress reports as a tqdm bar.
+
+        The bar counts chunk steps of the slowest rank over all evaluation rounds, with the episodes finished
+        so far; it is removed when the evaluation ends.
+        """
+        if channel is None:
+            return self.wait(call)
+        limit = self.cfg.step_timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
+        done: dict[int, int] = {}
+        episodes: dict[int, int] = {}
+        bar = None
+        try:
+            while not call.done() and (deadline is None or time.monotonic() < deadline):
+                try:
+                    msg = channel.get(key=key, timeout=0.5)
+                except Empty:
+                    continue
+                done[msg["rank"]], episodes[msg["rank"]] = msg["done"], msg["episodes"]
+                if bar is None:
+                    bar = tqdm(total=msg["total"], desc="eval", unit="chunk", leave=False, dynamic_ncols=True)
+                bar.n = min(done.values()) if len(done) == self.env.world_size else 0
+                bar.set_postfix(episodes=sum(episodes.values()), refresh=False)
+                bar.refresh()
+        finally:
+            if bar is not None:
+                bar.close()
+        results = self.wait(call)  # raises, naming the call, when the deadline passed
+        while True:  # reports that arrived after the last read
+            try:
+                channel.get_nowait(key=key)
+            except Empty:
+                break
+        return results
 
     def _write_results(self, results: Sequence[Mapping[str, Any]], out_dir: Path) -> None:
         """``results.json`` / ``results.md`` (per task) in ``out_dir`` and, as the latest, in ``<log_path>/eval``."""

@@ -201,10 +201,17 @@ class EnvRole(TimedRole, CheckpointRole, Protocol):
         """
         ...
 
-    def evaluate(self, rollout_group: str, video_dir: str | None = None) -> dict[str, Any]:
+    def evaluate(
+        self,
+        rollout_group: str,
+        video_dir: str | None = None,
+        progress: Any = None,
+        progress_key: str = "eval_progress",
+    ) -> dict[str, Any]:
         """Run one deterministic evaluation; returns its episode lists (``returns``, ``lengths``, ...).
 
         With ``video_dir`` (and videos enabled in the env config) the rank also writes episode videos there.
+        With ``progress`` (a ``Channel``) the rank reports its progress there under ``progress_key``.
         """
         ...
 
