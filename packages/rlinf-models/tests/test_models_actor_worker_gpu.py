@@ -18,7 +18,7 @@ import cloudpickle
 import pytest
 import torch
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, ObsSpec
+from rlinf_core.protocols import EnvSpec
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.policies import PolicyConfig, build_policy
 
@@ -84,20 +84,6 @@ def test_actor_trains_and_checkpoints_on_cuda(gpu_cluster: Any, tmp_path: Any) -
 
 
 DATA = Path(__file__).parent / "data"
-PI0_SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "base": ObsSpec((24, 24, 3), "uint8"),
-        "wrist": ObsSpec((24, 24, 3), "uint8"),
-        "state": ObsSpec((5,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=("pick up the red block", "put the bowl on the plate"),
-)
 
 
 def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
@@ -112,7 +98,7 @@ def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
         )
         return spec, cfg
     pytest.importorskip("transformers")
-    from rlinf_models.pi0.testing import write_char_tokenizer
+    from rlinf_models.pi0.testing import LEROBOT_TINY_SPEC, write_char_tokenizer
 
     ckpt = DATA / "lerobot_pi0_tiny" / "ckpt"
     cfg = PolicyConfig(
@@ -127,18 +113,15 @@ def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
         is_lora=kind == "pi0_lora",
         lora_rank=4,
     )
-    return PI0_SPEC, cfg
+    return LEROBOT_TINY_SPEC, cfg
 
 
 def _obs(spec: EnvSpec, n: int, g: torch.Generator) -> Any:
     if spec.obs_dict is None:
         return torch.randn(n, *spec.obs_shape, generator=g)
-    return {
-        "base": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
-        "wrist": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
-        "state": torch.randn(n, 5, generator=g),
-        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
-    }
+    from rlinf_models.pi0.testing import lerobot_tiny_obs
+
+    return lerobot_tiny_obs(n, g)
 
 
 def _rollout(policy: Any, spec: EnvSpec, offset: int, t: int, e: int) -> dict[str, Any]:

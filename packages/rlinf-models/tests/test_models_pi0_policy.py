@@ -12,31 +12,18 @@ import torch
 
 pytest.importorskip("transformers")
 
-from rlinf_core.protocols import EnvSpec, ObsSpec
+from rlinf_core.protocols import ObsSpec
 from rlinf_models.pi0 import Pi0Policy, load_tokenizer, tokenize_prompts
-from rlinf_models.pi0.testing import make_tiny_pi0, write_char_tokenizer
+from rlinf_models.pi0.testing import LEROBOT_TINY_SPEC, lerobot_tiny_obs, make_tiny_pi0, write_char_tokenizer
 from rlinf_models.policies import PolicyConfig, build_inference_policy, build_policy
 
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).parent / "data"
 VARIANTS = ["pi0", "pi05"]
-TASKS = ("pick up the red block", "put the bowl on the plate")
-# The LeRobot fixtures: two 16x16 cameras (base, wrist), a 5-D state, 7-D actions, chunk 4, 64 token ids.
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "base": ObsSpec((24, 24, 3), "uint8"),
-        "wrist": ObsSpec((24, 24, 3), "uint8"),
-        "state": ObsSpec((5,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=TASKS,
-)
+# The LeRobot fixtures: 16x16 images (the 24x24 cameras are resized), a 5-D state, 7-D actions, chunk 4, 64 token ids.
+SPEC = LEROBOT_TINY_SPEC
+TASKS = LEROBOT_TINY_SPEC.task_descriptions
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +54,7 @@ def _policy(variant: str, tokenizer_dir: Path, seed: int = 0, **changes: object)
 
 
 def _obs(n: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "base": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
-        "wrist": torch.randint(0, 256, (n, 24, 24, 3), generator=g, dtype=torch.uint8),
-        "state": torch.randn(n, 5, generator=g),
-        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
-    }
+    return lerobot_tiny_obs(n, torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
+from .._lora_state import ADAPTER, has_lora_weights, merge_lora_state
 from ._config import LLMModelConfig
 
 __all__ = [
@@ -32,12 +33,9 @@ __all__ = [
     "write_peft_adapter",
 ]
 
-ADAPTER = "default"
-"""peft's adapter name (the one adapter an actor trains)."""
 ADAPTER_DIR = "lora_adapter"
 """Subdirectory of an exported HF model holding the adapters alone (not at the top level: transformers would
 take a directory with ``adapter_config.json`` for an adapter and load its base model instead)."""
-_BASE = ".base_layer."
 _M = TypeVar("_M", bound=nn.Module)
 _PEFT_PREFIX = "base_model.model."
 
@@ -79,38 +77,6 @@ def apply_lora(model: _M, cfg: LLMModelConfig) -> _M:
     if cfg.lora_path is not None:
         load_peft_adapter(model, cfg.lora_path, rank=cfg.lora_rank)
     return model
-
-
-def has_lora_weights(state: Mapping[str, Any]) -> bool:
-    """Whether a state dict holds LoRA-wrapped layers."""
-    return any(_BASE in key for key in state)
-
-
-def merge_lora_state(state: Mapping[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
-    """The plain model's state from a LoRA-wrapped one: ``P.weight = P.base_layer.weight + scaling · B A``.
-
-    Keys without adapters pass through; ``lora_A`` / ``lora_B`` (and dropout) entries are dropped. Works on
-    any key prefix (an HF state dict, or the policy's with its ``model.`` prefix).
-
-    Raises:
-        KeyError: naming a wrapped layer whose ``lora_A`` / ``lora_B`` weight is missing.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if ".lora_A." in key or ".lora_B." in key:
-            continue
-        if _BASE not in key:
-            out[key] = value
-            continue
-        prefix, _, leaf = key.partition(_BASE)
-        if leaf == "weight":
-            a_key, b_key = f"{prefix}.lora_A.{ADAPTER}.weight", f"{prefix}.lora_B.{ADAPTER}.weight"
-            if a_key not in state or b_key not in state:
-                raise KeyError(f"{key} has no adapter weights ({a_key}, {b_key})")
-            delta = state[b_key].float() @ state[a_key].float() * scaling
-            value = (value.float() + delta).to(value.dtype)
-        out[f"{prefix}.{leaf}"] = value
-    return out
 
 
 def lora_weights(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

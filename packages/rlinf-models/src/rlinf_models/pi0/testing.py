@@ -28,11 +28,13 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         f'rlinf_models.pi0.testing needs transformers ({e}): pip install "rlinf-models[openpi]"'
     ) from e
 
+from rlinf_core.protocols import EnvSpec, ObsSpec
+
 from ._checkpoint import save_pi0
 from ._config import GemmaSize, Pi0Config, SiglipSize
 from ._model import Pi0Model
 
-__all__ = ["TINY_PI0", "make_tiny_pi0", "write_char_tokenizer"]
+__all__ = ["LEROBOT_TINY_SPEC", "TINY_PI0", "lerobot_tiny_obs", "make_tiny_pi0", "write_char_tokenizer"]
 
 _SPECIALS = ("<pad>", "<bos>", "<unk>")
 _CHARS = tuple(dict.fromkeys(string.printable))  # printable ASCII, including space and newline
@@ -118,3 +120,31 @@ def make_tiny_pi0(
     stats = {"state": _stats(state_dim, generator), "actions": _stats(action_dim, generator)}
     paths["norm_stats_path"].write_text(json.dumps({"norm_stats": stats}, indent=2) + "\n")
     return paths
+
+
+LEROBOT_TINY_SPEC = EnvSpec(
+    obs_shape=(),
+    action_type="continuous",
+    action_dim=7,
+    action_low=(-1.0,) * 7,
+    action_high=(1.0,) * 7,
+    obs_dict={
+        "base": ObsSpec((24, 24, 3), "uint8"),
+        "wrist": ObsSpec((24, 24, 3), "uint8"),
+        "state": ObsSpec((5,)),
+        "task_index": ObsSpec((1,), "int16"),
+    },
+    task_descriptions=("pick up the red block", "put the bowl on the plate"),
+)
+"""An env that fits the tiny checkpoints LeRobot wrote for rlinf-models' tests (``tests/data/lerobot_pi0*_tiny``):
+two cameras (``base``, ``wrist``), a 5-D state, 7-D actions, two instructions picked by ``task_index``."""
+
+
+def lerobot_tiny_obs(n: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """``n`` random observations of :data:`LEROBOT_TINY_SPEC` (env ``i`` asks for instruction ``i % 2``)."""
+    return {
+        "base": torch.randint(0, 256, (n, 24, 24, 3), generator=generator, dtype=torch.uint8),
+        "wrist": torch.randint(0, 256, (n, 24, 24, 3), generator=generator, dtype=torch.uint8),
+        "state": torch.randn(n, 5, generator=generator),
+        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
+    }

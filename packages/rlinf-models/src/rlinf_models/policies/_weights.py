@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
+
+from .._lora_state import LORA_BASE, has_lora_weights, merge_lora_state
+from ._config import PolicyConfig
 
 __all__ = ["LoadedWeights", "load_policy_weights", "rollout_state_dict"]
 
@@ -43,9 +45,6 @@ def _modules(keys: tuple[str, ...]) -> str:
     return ", ".join(dict.fromkeys(k.split(".")[0] for k in keys))
 
 
-_BASE = ".base_layer."
-
-
 def _lora_layout(
     state: dict[str, torch.Tensor], own: dict[str, torch.Tensor], path: Path, field: str
 ) -> dict[str, torch.Tensor]:
@@ -54,8 +53,7 @@ def _lora_layout(
     Plain weights into a LoRA policy: ``P.weight`` becomes the frozen ``P.base_layer.weight`` (the adapters
     start fresh). LoRA weights into a plain policy are refused: merging them needs the run's ``lora_alpha``.
     """
-    file_lora = any(_BASE in k for k in state)
-    own_lora = any(_BASE in k for k in own)
+    file_lora, own_lora = has_lora_weights(state), has_lora_weights(own)
     if file_lora and not own_lora:
         raise ValueError(
             f"{field}: the weights at {path} hold LoRA adapters (keys with '.base_layer.'); build the policy "
@@ -65,8 +63,8 @@ def _lora_layout(
         return state
     out = dict(state)
     for key in own:
-        if _BASE in key:
-            plain = key.replace(_BASE, ".")
+        if LORA_BASE in key:
+            plain = key.replace(LORA_BASE, ".")
             if plain in out and key not in out:
                 out[key] = out.pop(plain)
     return out
@@ -119,13 +117,11 @@ def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bo
     return LoadedWeights(path, loaded, kept, ignored)
 
 
-def rollout_state_dict(config: Any, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def rollout_state_dict(config: PolicyConfig, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The weights the rollout's policy loads: the actor's ``state``, LoRA adapters merged when ``is_lora``.
 
     Merged: ``P.weight = P.base_layer.weight + lora_scaling · B A``, the adapter entries dropped. The rollout builds its policy without adapters (:func:`build_inference_policy`), so it runs the plain model.
     """
-    if not getattr(config, "is_lora", False):
+    if not config.is_lora:
         return dict(state)
-    from ..llm._lora import merge_lora_state
-
-    return merge_lora_state(state, float(config.lora_scaling))
+    return merge_lora_state(state, config.lora_scaling)
