@@ -538,9 +538,9 @@ class MetaWorldVecEnv:
             self._vec.step_async(actions)
             obs, rew, _, _, info = self._vec.step_wait(timeout=self._timeout)
         else:
-            # The slots one after another, without SyncVectorEnv.step's observation copy and info merging (a
-            # tenth of a state-mode step): the slots never return True flags or need its autoreset, and the
-            # episode ends come from the three info flags read here.
+            # The slots one after another, without SyncVectorEnv.step's observation copy and info merging: the
+            # slots never return True flags or need its autoreset, and the episode ends come from the three info
+            # flags read here.
             steps = [env.step(a) for env, a in zip(self._vec.envs, actions, strict=True)]
             infos = [out[4] for out in steps]
             flags = [
