@@ -138,3 +138,38 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, list | tuple):
         return {k: v for i, item in enumerate(obj) for k, v in _flatten(item, f"{prefix}{i}/").items()}
     return {prefix: obj}
+
+
+def assert_profiled(
+    result: Any, phases: dict[str, set[str]], world_sizes: dict[str, int], steps: list[int]
+) -> None:
+    """A ``runner.profile`` run's trace is valid and shows every worker with its phases.
+
+    ``phases``: per group, span names some rank of it recorded (its own work, not only waits); every rank of
+    ``world_sizes`` and the driver appear as processes with spans; each training step in ``steps`` logged
+    ``profile/<group>/busy_frac`` for every group.
+    """
+    from rlinf_core.metrics import read_metrics
+    from rlinf_scheduler import load_trace
+
+    assert result.trace_file == result.log_path / "trace.json"
+    events = load_trace(result.trace_file)
+    labels = {e["pid"]: e["args"]["name"].split(" ")[0] for e in events if e["name"] == "process_name"}
+    expected = {f"{g}:{r}" for g, n in world_sizes.items() for r in range(n)} | {"driver"}
+    assert set(labels.values()) == expected
+    names: dict[str, set[str]] = {label: set() for label in labels.values()}
+    for e in events:
+        if e["ph"] == "X":
+            assert e["cat"] in ("compute", "wait")
+            names[labels[e["pid"]]].add(e["name"])
+    assert all(names.values()), {label: n for label, n in names.items() if not n}
+    for group, wanted in phases.items():
+        seen = set().union(*(n for label, n in names.items() if label.split(":")[0] == group))
+        assert wanted <= seen, (group, wanted - seen)
+    records = {r["step"]: r for r in read_metrics(result.metrics_file) if "profile/driver/busy_frac" in r}
+    assert sorted(records) == steps
+    for r in records.values():
+        for group in [*world_sizes, "driver"]:
+            assert 0.0 <= r[f"profile/{group}/busy_frac"] <= 1.0 + 1e-9, group
+            assert r[f"profile/{group}/idle_s"] >= -1e-9
+    assert set(result.busy) == {*world_sizes, "driver"}

@@ -14,6 +14,8 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import AgentApp, run_app
 
+from .conftest import assert_profiled
+
 pytestmark = pytest.mark.ray
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "agent"
@@ -81,9 +83,15 @@ def _small(model_dir: Path, log_path: Path, *extra: str) -> list[str]:
 def test_agent_app_trains_evaluates_checkpoints_and_resumes(
     app: AgentApp, cluster: Any, model_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = app.load_config(APP_DIR / "config" / "smollm2_tools.yaml", _small(model_dir, tmp_path))
+    cfg = app.load_config(
+        APP_DIR / "config" / "smollm2_tools.yaml", _small(model_dir, tmp_path, "runner.profile=true")
+    )
     result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
+    phases = {"rollout": {"agent_episodes"}, "actor": {"actor/run_training"}}
+    sizes = app.world_sizes(cfg)
+    assert sizes is not None
+    assert_profiled(result, phases, sizes, [1, 2])
     records = read_metrics(result.metrics_file)
     sft = [r for r in records if "sft/loss" in r]
     assert len(sft) == 2 and all(r["sft/num_tokens"] > 0 for r in sft)

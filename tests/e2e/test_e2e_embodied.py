@@ -12,7 +12,7 @@ from rlinf_core.config import ConfigError
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, SMALL, assert_same_actor_state
+from .conftest import APP_DIR, SMALL, assert_profiled, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
 
@@ -43,10 +43,19 @@ def test_placement_modes_train_evaluate_and_checkpoint(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, mode: str
 ) -> None:
     extra, actor_ranks = PLACEMENTS[mode]
-    cfg = _cfg(app, tmp_path, *extra)
+    cfg = _cfg(app, tmp_path, *extra, "runner.profile=true")
     assert app.world_sizes(cfg)["actor"] == actor_ranks
     result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
+    phases = {
+        "env": {"env_step", "wait_rollout"},
+        "rollout": {"inference", "wait_env", "sync_weights"},
+        "actor": {"actor/run_training", "actor/compute_advantages"},
+        "driver": {"train_step 1", "train_step 2", "evaluate", "sync_weights"},
+    }
+    sizes = app.world_sizes(cfg)
+    assert sizes is not None
+    assert_profiled(result, phases, sizes, [1, 2])
     records = read_metrics(result.metrics_file)
     train = [r for r in records if "train/actor/total_loss" in r]
     evals = [r for r in records if "eval/return_mean" in r]

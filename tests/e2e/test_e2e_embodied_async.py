@@ -15,7 +15,14 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, SMALL, assert_same_actor_state, assert_same_shared_metrics, metric_records
+from .conftest import (
+    APP_DIR,
+    SMALL,
+    assert_profiled,
+    assert_same_actor_state,
+    assert_same_shared_metrics,
+    metric_records,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -51,9 +58,15 @@ def test_staleness_zero_reproduces_the_synchronous_run(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, sync_run: Path
 ) -> None:
     """Same seed, 4 steps: weights, optimizer and trainer state after every step and every shared metric
-    (losses, episode returns, evaluations) are bit-identical to the synchronous PPO run's."""
-    result = run_app(app, _cfg(app, tmp_path, *ASYNC, "algorithm.staleness_threshold=0"), cluster=cluster)
+    (losses, episode returns, evaluations) are bit-identical to the synchronous PPO run's. The asynchronous run
+    is profiled: recording its timeline changes nothing it computes."""
+    cfg = _cfg(app, tmp_path, *ASYNC, "algorithm.staleness_threshold=0", "runner.profile=true")
+    result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 4
+    phases = {"env": {"env_step"}, "rollout": {"inference"}, "actor": {"actor/run_training"}}
+    sizes = app.world_sizes(cfg)
+    assert sizes is not None
+    assert_profiled(result, phases, sizes, [1, 2, 3, 4])
     for step in range(1, 5):
         assert_same_actor_state(
             sync_run / "checkpoints" / f"global_step_{step}", tmp_path / "checkpoints" / f"global_step_{step}"

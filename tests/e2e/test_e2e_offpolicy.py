@@ -12,7 +12,7 @@ from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
-from .conftest import APP_DIR, SAC_SMALL, assert_same_actor_state
+from .conftest import APP_DIR, SAC_SMALL, assert_profiled, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
 
@@ -54,9 +54,19 @@ def _buffer(checkpoint: Path) -> dict[str, Any]:
 def test_pendulum_sac_trains_evaluates_and_checkpoints(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, placement: str
 ) -> None:
-    cfg = _cfg(app, tmp_path, f"cluster.component_placement={placement}", "runner.max_epochs=3")
+    cfg = _cfg(
+        app,
+        tmp_path,
+        f"cluster.component_placement={placement}",
+        "runner.max_epochs=3",
+        "runner.profile=true",
+    )
     result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 3
+    phases = {"env": {"env_step"}, "rollout": {"inference"}, "actor": {"actor/run_training"}}
+    sizes = app.world_sizes(cfg)
+    assert sizes is not None
+    assert_profiled(result, phases, sizes, [1, 2, 3])
     records = read_metrics(result.metrics_file)
     train = [r for r in records if "train/replay_buffer/size" in r]
     evals = [r for r in records if "eval/return_mean" in r]

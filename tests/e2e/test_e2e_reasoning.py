@@ -13,7 +13,7 @@ from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import ReasoningApp, ReasoningConfig, run_app
 from rlinf_scheduler import ModelParallelComponentPlacement, StaticClusterView
 
-from .conftest import assert_same_actor_state
+from .conftest import assert_profiled, assert_same_actor_state
 
 pytestmark = pytest.mark.ray
 
@@ -117,10 +117,14 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
 ) -> None:
     name, expected_mode = PLACEMENTS[mode]
     overrides = tiny_overrides(tiny["model"], tiny["data"], tmp_path)
-    cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml", overrides)
+    cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml", [*overrides, "runner.profile=true"])
     assert placement_mode(cfg) == expected_mode
     result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
+    phases = {"rollout": {"generate"}, "actor": {"actor/run_training"}, "reward": {"reward"}}
+    sizes = app.world_sizes(cfg)
+    assert sizes is not None
+    assert_profiled(result, phases, sizes, [1, 2])
     records = read_metrics(tmp_path)
     assert [r["sft/step"] for r in records if "sft/step" in r] == [1, 2]
     assert all(r["sft/loss"] > 0 for r in records if "sft/loss" in r)

@@ -15,7 +15,7 @@ from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, EmbodiedSFTConfig, run_app, run_sft
 from rlinf_runners.apps._collect import expert_env, record_episodes, write_dataset
 
-from .conftest import APP_DIR, SMALL
+from .conftest import APP_DIR, SMALL, assert_profiled
 
 SFT_CONFIG = APP_DIR / "config" / "sft" / "cartpole_sft.yaml"
 
@@ -53,6 +53,7 @@ def _sft_cfg(app: EmbodiedApp, demos: Path, log_path: Path) -> Any:
         "runner.val_check_interval=40",
         "runner.save_interval=60",
         "runner.progress_bar=false",
+        "runner.profile=true",
         "runner.logger.logger_backends=[]",
         "actor.global_batch_size=64",
         "actor.micro_batch_size=64",
@@ -92,6 +93,10 @@ def test_sft_learns_the_demonstrations_and_checkpoints(sft_run: tuple[Any, Path]
     ]
     assert result.last_checkpoint == log_path / "checkpoints" / "global_step_120"
     assert (result.last_checkpoint / "actor" / "model.pt").is_file()
+    # profiled: the driver is the only process, each step a span
+    assert_profiled(
+        result, {"driver": {"train_step 1", "train_step 120", "evaluate"}}, {}, list(range(1, 121))
+    )
 
 
 def test_sft_refuses_data_that_does_not_fit_the_env(app: EmbodiedApp, demos: Path, tmp_path: Path) -> None:

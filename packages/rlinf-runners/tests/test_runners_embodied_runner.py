@@ -11,6 +11,7 @@ import pytest
 from rlinf_core.checkpoint import is_complete
 from rlinf_core.metrics import read_metrics
 from rlinf_runners import EmbodiedRunner, LoggerConfig, RunnerConfig
+from rlinf_scheduler import ProcessTrace, Span, load_trace, now_us, tracing_enabled
 
 
 class _Done:
@@ -30,6 +31,7 @@ class FakeGroup:
         self.log = log
         self.evals = evals
         self.version = 0
+        self.fail_at = -1
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
         assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
@@ -37,6 +39,11 @@ class FakeGroup:
         self.log.append(f"{self.name}.{method}")
         if method == "pop_timings":
             return _Done([{"work": 0.5}])
+        if method == "pop_trace":
+            now = now_us()
+            return _Done(
+                [ProcessTrace(f"{self.name}:0", "host", 1, (Span("work", "compute", now - 10, 5, "main"),))]
+            )
         if method == "interact":
             return _Done(
                 [{"returns": [10.0, 20.0], "lengths": [10, 20], "successes": [False, True], "env_steps": 64}]
@@ -45,6 +52,8 @@ class FakeGroup:
             ret = self.evals.pop(0)
             return _Done([{"returns": [ret, ret], "lengths": [1, 1], "successes": [True, False]}])
         if method == "run_training":
+            if self.version == self.fail_at:
+                raise RuntimeError("actor broke")
             self.version += 1
             return _Done([{"actor/total_loss": 1.0 / self.version}])
         if method == "compute_advantages_and_returns":
@@ -99,6 +108,30 @@ def test_loop_order_eval_cadence_checkpoints_and_metrics(tmp_path: Path) -> None
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert ckpts == ["global_step_3", "global_step_4"]  # every 3 steps and after the last
     assert all(is_complete(tmp_path / "checkpoints" / c) for c in ckpts)
+
+
+def test_profiled_run_logs_usage_and_a_crash_leaves_a_valid_trace(tmp_path: Path) -> None:
+    log: list[str] = []
+    runner = _runner(
+        tmp_path, log, [1.0] * 5, max_epochs=4, val_check_interval=-1, save_interval=-1, profile=True
+    )
+    runner.actor.fail_at = 2  # type: ignore[attr-defined]  # the third update raises
+    with pytest.raises(RuntimeError, match="actor broke"):
+        runner.run()
+    assert not tracing_enabled()  # the driver's recorder is off again
+    assert (
+        log.count("actor.set_tracing") == 1
+    )  # on at the start; a failed run does not call the workers again
+    assert log.count("env.pop_trace") == 2  # after each complete step
+    events = load_trace(tmp_path / "trace.json")
+    processes = {e["args"]["name"].split(" ")[0] for e in events if e["name"] == "process_name"}
+    assert processes == {"actor:0", "rollout:0", "env:0", "driver"}
+    driver_spans = {e["name"] for e in events if e["ph"] == "X" and e["name"].startswith("train_step")}
+    assert driver_spans == {"train_step 1", "train_step 2", "train_step 3"}  # the failed step's too
+    train = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/actor/total_loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    for r in train:
+        assert {f"profile/{g}/busy_frac" for g in ("actor", "rollout", "env", "driver")} <= r.keys()
 
 
 def test_stop_eval_return_ends_early_and_saves(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from rlinf_core.protocols import (
     OffPolicyActor,
     RewardRole,
     TimedRole,
+    TracedRole,
 )
 
 _MEGATRON = "rlinf_models.llm.megatron"
@@ -122,3 +123,10 @@ def test_a_mismatched_signature_is_caught() -> None:
             return {}
 
     assert _params(Wrong.pop_timings) != _params(_role_methods(TimedRole)["pop_timings"])
+
+
+def test_every_worker_class_plays_the_traced_role(player: tuple[type[Any], type[Any]]) -> None:
+    """``runner.profile`` calls ``set_tracing`` / ``pop_trace`` on every group, whatever its role."""
+    worker_cls, _ = player
+    for name, fn in _role_methods(TracedRole).items():
+        assert _params(getattr(worker_cls, name)) == _params(fn), f"{worker_cls.__name__}.{name}"

@@ -456,7 +456,7 @@ class EnvWorker(Worker):
     def _recv_reply(
         self, rollout_group: str, peers: list[tuple[int, int, int]], stage: int
     ) -> dict[str, Any]:
-        with self.timer("wait_rollout"):
+        with self.timer("wait_rollout", wait=True):
             replies: list[dict[str, Any]] = [
                 self.recv(rollout_group, peer, timeout=_TIMEOUT_S) for peer, _, _ in peers
             ]

@@ -192,7 +192,7 @@ class EmbodiedRolloutWorker(Worker):
         while active:
             for stage in list(active):
                 msgs = []
-                with self.timer("wait_env"):
+                with self.timer("wait_env", wait=True):
                     for peer in active[stage]:
                         msgs.append((peer, self.recv(env_group, peer, timeout=self.cfg.recv_timeout_s)))
                 live = [(p, m) for p, m in msgs if not m.get("end")]

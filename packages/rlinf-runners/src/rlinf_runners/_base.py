@@ -26,10 +26,11 @@ from rlinf_core.checkpoint import (
     restore_rng_state,
 )
 from rlinf_core.metrics import MetricLogger, write_samples
-from rlinf_scheduler import RoleCall
+from rlinf_scheduler import RoleCall, RoleGroup, now_us, trace_span
 from tqdm.auto import tqdm
 
 from ._config import RunnerConfig
+from ._profile import StepProfiler
 from ._progress import log_step
 
 __all__ = ["RUNNER_STATE_FILE", "RunResult", "Runner", "StepCallback"]
@@ -52,6 +53,8 @@ class RunResult:
         last_checkpoint: the newest complete checkpoint, or ``None``.
         global_step: training steps done.
         last_eval: the metrics of the last evaluation (empty if none ran).
+        trace_file: the run's timeline (``runner.profile``), or ``None``.
+        busy: with ``runner.profile``, each group's mean busy fraction per training step.
     """
 
     def __init__(
@@ -61,12 +64,16 @@ class RunResult:
         last_checkpoint: Path | None,
         global_step: int,
         last_eval: dict[str, float],
+        trace_file: Path | None = None,
+        busy: dict[str, float] | None = None,
     ) -> None:
         self.log_path = log_path
         self.metrics_file = metrics_file
         self.last_checkpoint = last_checkpoint
         self.global_step = global_step
         self.last_eval = last_eval
+        self.trace_file = trace_file
+        self.busy = dict(busy or {})
 
     def __repr__(self) -> str:
         return (
@@ -95,7 +102,8 @@ class Runner(abc.ABC):
 
     and may override :meth:`runner_state` / :meth:`load_runner_state` (more driver state in
     ``runner_state.pkl``), :meth:`before_training` (e.g. a warm-up), :meth:`has_evaluation`,
-    :meth:`reached_target` and :meth:`release` (free what the run created). :attr:`progress_keys` are the
+    :meth:`reached_target`, :meth:`worker_groups` (what ``runner.profile`` traces) and :meth:`release` (free
+    what the run created). :attr:`progress_keys` are the
     metrics shown on the progress bar.
 
     Args:
@@ -125,6 +133,7 @@ class Runner(abc.ABC):
         self._eval_time_s = 0.0
         self._train_start = time.perf_counter()
         self._samples: list[tuple[str, list[dict[str, Any]]]] = []
+        self._profiler: StepProfiler | None = None
 
     # ---------------------------------------------------------------------------------------------- hooks
     @abc.abstractmethod
@@ -170,6 +179,10 @@ class Runner(abc.ABC):
     def release(self) -> None:
         """Free what the run created (called at the end of :meth:`run`, also after an error)."""
         return None  # nothing by default
+
+    def worker_groups(self) -> Sequence[RoleGroup[Any]]:
+        """The run's worker groups: ``runner.profile`` records their spans (none: the driver's only)."""
+        return ()
 
     # ------------------------------------------------------------------------------------------ helpers
     def wait(self, call: RoleCall[R]) -> list[R]:
@@ -302,6 +315,11 @@ class Runner(abc.ABC):
         bar = None
         self._train_start = time.perf_counter()
         self._eval_time_s = 0.0
+        self._profiler = None
+        if cfg.profile:
+            self._profiler = StepProfiler(self.log_path, self.worker_groups(), cfg.step_timeout_s)
+            self._profiler.start()
+        finished = False
         try:
             self.before_training(logger)
             if cfg.progress_bar:
@@ -318,16 +336,23 @@ class Runner(abc.ABC):
                 and cfg.val_check_interval > 0
                 and self.has_evaluation()
             ):
-                self.sync_weights()
+                with trace_span("sync_weights"):
+                    self.sync_weights()
                 self._evaluate_and_log(logger, bar)
             if cfg.save_interval >= 0 and self.checkpoints.latest() != self.checkpoints.path_for(
                 self.global_step
             ):
-                self.save_checkpoint()
+                with trace_span("save_checkpoint"):
+                    self.save_checkpoint()
+            finished = True
         finally:
             if bar is not None:
                 bar.close()
             logger.close()
+            trace_file = None
+            if self._profiler is not None:
+                # after an error the workers may be gone: keep what was collected and the driver's spans
+                trace_file = self._profiler.finish(workers=finished)
             self.release()
         return RunResult(
             self.log_path,
@@ -335,6 +360,8 @@ class Runner(abc.ABC):
             self.checkpoints.latest(),
             self.global_step,
             self.last_eval,
+            trace_file,
+            self._profiler.mean_busy() if self._profiler is not None else None,
         )
 
     def _loop(self, logger: MetricLogger, bar: Any) -> None:
@@ -342,21 +369,31 @@ class Runner(abc.ABC):
         val = cfg.val_check_interval
         while self.global_step < cfg.total_steps:
             step = self.global_step
-            self.sync_weights()
+            with trace_span("sync_weights"):
+                self.sync_weights()
             if val > 0 and step % val == 0:
                 self._evaluate_and_log(logger, bar)
                 if self.reached_target():
                     return
-            record = self.train_step()
+            start_us = now_us()
+            with trace_span(f"train_step {step + 1}"):
+                record = self.train_step()
+            end_us = now_us()
             self.global_step = step + 1
             record["time/step_s"] = record.get("time/rollout_s", 0.0) + record.get("time/train_s", 0.0)
             record["time/train_wall_s"] = self._train_wall_s()
+            if self._profiler is not None:
+                self._profiler.collect()
+                record.update(self._profiler.step_metrics(start_us, end_us))
+                self._profiler.maybe_write()
             self.log(logger, record, bar, advance=True)
             if cfg.save_interval > 0 and self.global_step % cfg.save_interval == 0:
-                self.save_checkpoint()
+                with trace_span("save_checkpoint"):
+                    self.save_checkpoint()
 
     def _evaluate_and_log(self, logger: MetricLogger, bar: Any) -> None:
-        evaluation = self.evaluate()
+        with trace_span("evaluate"):
+            evaluation = self.evaluate()
         if evaluation:
             evaluation["time/train_wall_s"] = self._train_wall_s()
         self.log(logger, evaluation, bar)

@@ -59,6 +59,10 @@ class RunnerConfig:
     """Longest a phase of one step (rollout, update, evaluation, checkpoint) may take before the run fails."""
     progress_bar: bool = True
     """Show a tqdm progress bar with the key figures on stderr."""
+    profile: bool = False
+    """Record the run's timeline: every worker's and the driver's phases go to ``<log_path>/trace.json``
+    (Chrome trace event format: open it in https://ui.perfetto.dev or ``chrome://tracing``) and each step's
+    busy / wait / idle seconds per group to the metrics (``profile/<group>/*``)."""
     logger: LoggerConfig = attrs.field(factory=LoggerConfig)
 
     @max_checkpoints_to_keep.validator

@@ -365,6 +365,10 @@ class EnvRunner(Runner, Generic[A]):
         ret = self.last_eval.get("eval/return_mean")
         return target is not None and ret is not None and ret >= target
 
+    def worker_groups(self) -> Sequence[RoleGroup[Any]]:
+        """Actor, rollout and env (what ``runner.profile`` traces)."""
+        return (self.actor, self.rollout, self.env)
+
     def release(self) -> None:
         """Shut the env → actor channel down if the runner created it."""
         if self._owns_channel and self._channel is not None:

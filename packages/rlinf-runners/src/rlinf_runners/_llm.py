@@ -186,6 +186,10 @@ class LLMRunner(Runner, Generic[RolloutT]):
         for call in calls:
             self.wait(call)
 
+    def worker_groups(self) -> Sequence[RoleGroup[Any]]:
+        """Actor, rollout and reward (what ``runner.profile`` traces)."""
+        return (self.actor, self.rollout, self.reward)
+
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned broadcast)."""
         self._phase(self.rollout, OffloadRole.onload)

@@ -134,3 +134,7 @@ def _report(app: App[Any], result: Any) -> None:
     print(f"checkpoint:  {result.last_checkpoint}")
     print(f"curves:      {', '.join(curves)}")
     print(f"tensorboard: tensorboard --logdir {result.log_path}")
+    trace = result.trace_file
+    if trace is not None:
+        busy = ", ".join(f"{g} {100 * f:.0f}%" for g, f in result.busy.items())
+        print(f"trace:       {trace} (open in https://ui.perfetto.dev); busy per step: {busy}")

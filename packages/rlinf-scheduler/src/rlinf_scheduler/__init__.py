@@ -25,12 +25,30 @@ from ._placement import (
     StaticClusterView,
 )
 from ._sharding import peer_slices, shard_bounds
+from ._trace import (
+    COMPUTE,
+    DRIVER,
+    WAIT,
+    GroupUsage,
+    ProcessTrace,
+    Span,
+    Timeline,
+    enable_tracing,
+    load_trace,
+    now_us,
+    take_trace,
+    trace_span,
+    tracing_enabled,
+)
 from ._worker import Worker, WorkerContext, timed
 
 __version__ = _version("rlinf-scheduler")
 
 __all__ = [
+    "COMPUTE",
     "DEFAULT_KEY",
+    "DRIVER",
+    "WAIT",
     "Channel",
     "Cluster",
     "ClusterConfig",
@@ -42,6 +60,7 @@ __all__ = [
     "Full",
     "GroupCall",
     "GroupLauncher",
+    "GroupUsage",
     "HybridComponentPlacement",
     "ModelParallelComponentPlacement",
     "NodeEnvConfig",
@@ -52,10 +71,13 @@ __all__ = [
     "Placement",
     "PlacementMode",
     "PlacementStrategy",
+    "ProcessTrace",
     "RoleCall",
     "RoleGroup",
     "SchedulerTimeoutError",
+    "Span",
     "StaticClusterView",
+    "Timeline",
     "Work",
     "Worker",
     "WorkerContext",
@@ -63,8 +85,14 @@ __all__ = [
     "WorkerFailure",
     "WorkerGroup",
     "__version__",
+    "enable_tracing",
+    "load_trace",
+    "now_us",
     "peer_slices",
     "resolve_placement",
     "shard_bounds",
+    "take_trace",
     "timed",
+    "trace_span",
+    "tracing_enabled",
 ]

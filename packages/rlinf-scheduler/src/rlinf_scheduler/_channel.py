@@ -30,6 +30,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
+from rlinf_scheduler._trace import WAIT, trace_span
 from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip, recv_exact
 
 __all__ = ["DEFAULT_KEY", "Channel", "Empty", "Full"]
@@ -667,8 +668,9 @@ class Channel:
         Raises:
             Full: no room within ``timeout``.
         """
-        fut = self._put_request(item, key, weight, True, timeout)
-        self._result(fut, timeout, f"put(key={key!r})")
+        with trace_span(f"put {self._name}", WAIT):
+            fut = self._put_request(item, key, weight, True, timeout)
+            self._result(fut, timeout, f"put(key={key!r})")
 
     def get(self, key: Hashable = DEFAULT_KEY, *, timeout: float | None = None) -> Any:
         """Remove and return the oldest item of ``key``'s queue, waiting while it is empty.
@@ -676,8 +678,9 @@ class Channel:
         Raises:
             Empty: nothing arrived within ``timeout``.
         """
-        fut = self._get_request(key, None, True, timeout)
-        return _unpack(self._result(fut, timeout, f"get(key={key!r})")[1])
+        with trace_span(f"get {self._name}", WAIT):
+            fut = self._get_request(key, None, True, timeout)
+            return _unpack(self._result(fut, timeout, f"get(key={key!r})")[1])
 
     def get_batch(
         self, target_weight: float, key: Hashable = DEFAULT_KEY, *, timeout: float | None = None
@@ -697,8 +700,9 @@ class Channel:
             Empty: the batch was not complete within ``timeout`` (no item is taken).
             ValueError: the next item alone weighs more than ``target_weight``.
         """
-        fut = self._get_request(key, target_weight, True, timeout)
-        return [_unpack(b) for _, b in self._result(fut, timeout, f"get_batch(key={key!r})")]
+        with trace_span(f"get_batch {self._name}", WAIT):
+            fut = self._get_request(key, target_weight, True, timeout)
+            return [_unpack(b) for _, b in self._result(fut, timeout, f"get_batch(key={key!r})")]
 
     # -------------------------------------------------------------------------------------- non-blocking
 

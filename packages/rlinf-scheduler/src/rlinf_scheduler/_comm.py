@@ -29,6 +29,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
+from rlinf_scheduler._trace import WAIT, trace_span
 from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip
 
 __all__ = ["CommMixin", "Work"]
@@ -425,7 +426,8 @@ class CommMixin:
                 is this worker.
             RuntimeError: the receiver died.
         """
-        self._comm_isend(obj, dst_group_name, dst_rank).wait()
+        with trace_span(f"send {dst_group_name}:{dst_rank}", WAIT):
+            self._comm_isend(obj, dst_group_name, dst_rank).wait()
 
     def isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
         """Non-blocking ``send``: returns a ``Work`` whose ``wait()`` returns ``None`` once the data has left."""
@@ -447,7 +449,8 @@ class CommMixin:
             TimeoutError: nothing arrived within ``timeout``.
         """
         peer = self._comm_source(src_group_name, src_rank)
-        return self._comm_receive(peer, _P2P, cancel_on_timeout=True).wait(timeout)
+        with trace_span(f"recv {src_group_name}:{src_rank}", WAIT):
+            return self._comm_receive(peer, _P2P, cancel_on_timeout=True).wait(timeout)
 
     def irecv(self, src_group_name: str, src_rank: int) -> Work:
         """Non-blocking ``recv``: reserves the next message from the sender; ``Work.wait()`` returns it.

@@ -18,6 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ._deaths import FAULT_DIR_ENV
 from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
 from ._placement import NodePlacementStrategy
+from ._trace import WAIT, trace_span, tracing_enabled
 from ._worker import Worker, WorkerContext
 
 if TYPE_CHECKING:
@@ -542,6 +543,12 @@ class GroupCall(Generic[R]):
             WorkerFailedError: If a worker of the run raised or died (this call's or any other group's).
             SchedulerTimeoutError: After ``timeout`` seconds, naming the call and the ranks still running.
         """
+        if not tracing_enabled():
+            return self._wait(timeout)
+        with trace_span(f"wait {self._group.name}.{self._method}", WAIT):
+            return self._wait(timeout)
+
+    def _wait(self, timeout: float | None) -> list[R]:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if len(self._refs) == 1:

@@ -25,6 +25,7 @@ import ray
 from ._comm import CommMixin
 from ._deaths import FAULT_DIR_ENV, fault_file, record_fatal_signals
 from ._errors import SchedulerTimeoutError, WorkerFailure
+from ._trace import COMPUTE, WAIT, ProcessTrace, enable_tracing, record_span, take_trace
 
 if TYPE_CHECKING:
     from ._group import GroupLauncher
@@ -203,21 +204,25 @@ class Worker(CommMixin):
         return state
 
     @contextlib.contextmanager
-    def timer(self, name: str) -> Iterator[None]:
+    def timer(self, name: str, *, wait: bool = False) -> Iterator[None]:
         """Context manager adding the wall time of its block to the timing ``name``.
+
+        With tracing on (:meth:`set_tracing`) the block is also a span of the run's timeline, in the category
+        ``wait`` when ``wait`` is true (blocked on another component) and ``compute`` otherwise.
 
         Example:
             >>> # with self.timer("generate"):
             >>> #     out = self.model.generate(batch)
         """
-        start = time.perf_counter()
+        start = time.perf_counter_ns()
         try:
             yield
         finally:
-            elapsed = time.perf_counter() - start
+            end = time.perf_counter_ns()
+            record_span(name, WAIT if wait else COMPUTE, start, end)
             lock, timings = self._rlinf_timing_state()
             with lock:
-                timings[name] = timings.get(name, 0.0) + elapsed
+                timings[name] = timings.get(name, 0.0) + (end - start) / 1e9
 
     def pop_timings(self) -> dict[str, float]:
         """Return the accumulated durations in seconds by name and reset them.
@@ -229,6 +234,19 @@ class Worker(CommMixin):
             out = dict(timings)
             timings.clear()
         return out
+
+    def set_tracing(self, enabled: bool) -> None:
+        """Turn this worker process's timeline spans on or off (see :mod:`rlinf_scheduler._trace`).
+
+        While on, :meth:`timer` sections, blocking channel ``put``/``get`` and ``send``/``recv`` are recorded;
+        the runner collects them with :meth:`pop_trace` (``runner.profile``).
+        """
+        enable_tracing(enabled)
+
+    def pop_trace(self) -> ProcessTrace:
+        """The spans recorded since the last call (then dropped here), labelled ``group:rank``."""
+        ctx = self._rlinf_context
+        return take_trace(f"{ctx.group_name}:{ctx.rank}" if ctx is not None else type(self).__name__)
 
     # ------------------------------------------------------------------ runtime hooks (called by the group)
     def _rlinf_setup(self, ctx: WorkerContext, master_port: int) -> None:

@@ -28,6 +28,7 @@ from ._roles import (
     RewardRole,
     RolloutRole,
     TimedRole,
+    TracedRole,
     TrajectoryActor,
 )
 from ._weights import (
@@ -60,6 +61,7 @@ __all__ = [
     "RewardRole",
     "RolloutRole",
     "TimedRole",
+    "TracedRole",
     "TrajectoryActor",
     "VecEnv",
     "WeightChannel",

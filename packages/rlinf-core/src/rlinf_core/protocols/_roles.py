@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from rlinf_scheduler import Channel
+    from rlinf_scheduler import Channel, ProcessTrace
 
 __all__ = [
     "ActorRole",
@@ -40,6 +40,7 @@ __all__ = [
     "RewardRole",
     "RolloutRole",
     "TimedRole",
+    "TracedRole",
     "TrajectoryActor",
 ]
 
@@ -49,6 +50,18 @@ class TimedRole(Protocol):
 
     def pop_timings(self) -> dict[str, float]:
         """Seconds by section name since the last call (then reset)."""
+        ...
+
+
+class TracedRole(Protocol):
+    """Any worker: the spans of its timeline (``rlinf_scheduler.Worker.set_tracing`` / ``pop_trace``)."""
+
+    def set_tracing(self, enabled: bool) -> None:
+        """Turn the worker process's span recorder on or off."""
+        ...
+
+    def pop_trace(self) -> ProcessTrace:
+        """The spans recorded since the last call (then dropped on the worker)."""
         ...
 
 
