@@ -97,3 +97,25 @@ def test_samples_go_to_jsonl_and_tensorboard_text(tmp_path: Path) -> None:
     table = text.splitlines()
     assert table[0] == "| prompt | response | reward |" and len(table) == 2 + 3  # header, rule, 3 shown
     assert "a \\| b<br>c" in table[2]
+
+
+def test_timeline_plot_draws_a_step_of_a_trace(tmp_path: Path) -> None:
+    from rlinf_core.metrics import plot_timeline
+    from rlinf_core.metrics._plot import main
+    from rlinf_scheduler import DRIVER, ProcessTrace, Span, Timeline
+
+    t = Timeline()
+    t.add(
+        ProcessTrace(
+            "env:0", "n", 1, (Span("env_step", "compute", 10, 30, "m"), Span("recv", "wait", 40, 20, "m"))
+        )
+    )
+    driver = (Span("train_step 1", "compute", 0, 100, "m"), Span("train_step 2", "compute", 100, 100, "m"))
+    t.add(ProcessTrace(DRIVER, "n", 1, driver))
+    t.write(tmp_path / "trace.json")
+    png = plot_timeline(tmp_path / "trace.json", tmp_path / "t.png", step=1)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no train_step 7"):
+        plot_timeline(tmp_path / "trace.json", tmp_path / "t.png", step=7)
+    assert main([str(tmp_path), "--timeline"]) == 0
+    assert (tmp_path / "plots" / "timeline.png").is_file()

@@ -275,3 +275,17 @@ def test_workers_record_timers_messages_and_channel_waits(
     finally:
         channel.shutdown()
         group.shutdown()
+
+
+def test_a_written_timeline_loads_back(tmp_path: Path) -> None:
+    t = Timeline()
+    t.add(ProcessTrace("env:0", "nodeA", 42, (_span("env_step", COMPUTE, 10, 50, "main"),)))
+    t.add(ProcessTrace(DRIVER, "nodeA", 7, (_span("train_step 1", COMPUTE, 0, 100, "MainThread"),)))
+    path = t.write(tmp_path / "trace.json", {"world_sizes": {"env": 1}})
+    back, other = Timeline.load(path)
+    assert back.labels == ("env:0", DRIVER) and other == {"world_sizes": {"env": 1}}
+    assert back.spans("env:0") == t.spans("env:0") and back.spans(DRIVER) == t.spans(DRIVER)
+    assert back.usage(0, 100) == t.usage(0, 100)
+    (tmp_path / "bare.json").write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(ValueError, match="process_name"):
+        Timeline.load(tmp_path / "bare.json")

@@ -10,6 +10,7 @@ its checkpoints hold; the hooks are listed on :class:`Runner`.
 from __future__ import annotations
 
 import abc
+import os
 import pickle
 import random
 import time
@@ -317,7 +318,17 @@ class Runner(abc.ABC):
         self._eval_time_s = 0.0
         self._profiler = None
         if cfg.profile:
-            self._profiler = StepProfiler(self.log_path, self.worker_groups(), cfg.step_timeout_s)
+            groups = self.worker_groups()
+            rollout = self.run_config.get("rollout")
+            metadata = {  # what rlinf-autoplace needs to read the trace back
+                "cluster": self.run_config.get("cluster"),
+                "pipeline_stage_num": rollout.get("pipeline_stage_num")
+                if isinstance(rollout, dict)
+                else None,
+                "world_sizes": {g.name: g.world_size for g in groups},
+                "driver_cpu_count": os.cpu_count(),
+            }
+            self._profiler = StepProfiler(self.log_path, groups, cfg.step_timeout_s, metadata)
             self._profiler.start()
         finished = False
         try:

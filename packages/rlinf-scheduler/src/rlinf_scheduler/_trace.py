@@ -3,7 +3,8 @@
 Every process (the driver and each worker) has one span recorder, off until :func:`enable_tracing` (a worker:
 ``Worker.set_tracing``). While it is on, ``Worker.timer`` sections, blocking channel ``put``/``get`` and
 point-to-point ``send``/``recv`` record a :class:`Span` each: a name, a category (:data:`COMPUTE` or
-:data:`WAIT`), a wall-clock start and a duration. Starts come from one monotonic clock per process shifted to
+:data:`WAIT`), a wall-clock start, a duration and the CPU time the process used meanwhile (in the event's
+``args.cpu_ms``). Starts come from one monotonic clock per process shifted to
 the epoch once, so spans of processes on one node line up to the microsecond; across nodes they are as close
 as the nodes' clocks.
 
@@ -74,6 +75,8 @@ class Span:
     dur_us: float
     thread: str
     """Name of the thread that ran it."""
+    cpu_us: float = -1.0
+    """CPU time the whole process used meanwhile (all its threads), microseconds; ``-1``: not measured."""
 
     @property
     def end_us(self) -> float:
@@ -106,13 +109,14 @@ class _Recorder:
         # one monotonic clock, shifted to the epoch once: spans never go backwards when the wall clock is set
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
 
-    def record(self, name: str, cat: str, start_ns: int, end_ns: int) -> None:
+    def record(self, name: str, cat: str, start_ns: int, end_ns: int, cpu_ns: int = -1000) -> None:
         span = Span(
             name,
             cat,
             (start_ns + self.epoch_offset_ns) / 1000.0,
             (end_ns - start_ns) / 1000.0,
             threading.current_thread().name,
+            cpu_ns / 1000.0,
         )
         with self.lock:
             if len(self.spans) < MAX_SPANS:
@@ -150,17 +154,20 @@ def trace_span(name: str, cat: str = COMPUTE) -> Iterator[None]:
     if not _RECORDER.enabled:
         yield
         return
-    start = time.perf_counter_ns()
+    start, cpu = time.perf_counter_ns(), time.process_time_ns()
     try:
         yield
     finally:
-        _RECORDER.record(name, cat, start, time.perf_counter_ns())
+        _RECORDER.record(name, cat, start, time.perf_counter_ns(), time.process_time_ns() - cpu)
 
 
-def record_span(name: str, cat: str, start_ns: int, end_ns: int) -> None:
-    """Record a span measured with ``time.perf_counter_ns`` (``Worker.timer`` times itself once for both)."""
+def record_span(name: str, cat: str, start_ns: int, end_ns: int, cpu_ns: int = -1000) -> None:
+    """Record a span measured with ``time.perf_counter_ns`` (``Worker.timer`` times itself once for both).
+
+    ``cpu_ns``: the process CPU time (``time.process_time_ns``) it used, when measured.
+    """
     if _RECORDER.enabled:
-        _RECORDER.record(name, cat, start_ns, end_ns)
+        _RECORDER.record(name, cat, start_ns, end_ns, cpu_ns)
 
 
 def take_trace(label: str) -> ProcessTrace:
@@ -210,10 +217,49 @@ class Timeline:
         self._os_pids: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
 
+    @classmethod
+    def load(cls, path: str | Path) -> tuple[Timeline, dict[str, Any]]:
+        """Read a trace file this class wrote: the timeline and the file's ``otherData``.
+
+        Raises:
+            ValueError: the file breaks the trace format, or names no process (not written by a Timeline).
+        """
+        events = load_trace(path)
+        doc = json.loads(Path(path).read_text())
+        other = doc.get("otherData", {}) if isinstance(doc, dict) else {}
+        labels: dict[Any, tuple[str, str, int]] = {}
+        threads: dict[tuple[Any, Any], str] = {}
+        for e in events:
+            if e["ph"] == "M" and e["name"] == "process_name":
+                label, _, rest = str(e["args"].get("name", "")).partition(" (")
+                node, _, pid = rest.rstrip(")").partition(", pid ")
+                labels[e["pid"]] = (label, node, int(pid) if pid.isdigit() else 0)
+            elif e["ph"] == "M" and e["name"] == "thread_name":
+                threads[(e["pid"], e["tid"])] = str(e["args"].get("name", e["tid"]))
+        if not labels:
+            raise ValueError(f"{path}: no process_name metadata (not a trace written by rlinf)")
+        spans: dict[Any, list[Span]] = {pid: [] for pid in labels}
+        for e in events:
+            if e["ph"] == "X" and e["pid"] in spans:
+                thread = threads.get((e["pid"], e["tid"]), str(e["tid"]))
+                cpu_ms = e.get("args", {}).get("cpu_ms")
+                cpu_us = float(cpu_ms) * 1000.0 if isinstance(cpu_ms, (int, float)) else -1.0
+                spans[e["pid"]].append(
+                    Span(e["name"], e.get("cat", COMPUTE), float(e["ts"]), float(e["dur"]), thread, cpu_us)
+                )
+        timeline = cls()
+        for pid, (label, node, os_pid) in labels.items():
+            timeline.add(ProcessTrace(label, node, os_pid, tuple(spans[pid])))
+        return timeline, dict(other)
+
     @property
     def labels(self) -> tuple[str, ...]:
         """Process labels in the order they were first added."""
         return tuple(self._pids)
+
+    def node(self, label: str) -> str:
+        """The node process ``label`` ran on (empty for an unknown label)."""
+        return self._nodes.get(label, "")
 
     def spans(self, label: str) -> tuple[Span, ...]:
         """All spans of process ``label`` (empty for an unknown label)."""
@@ -255,17 +301,18 @@ class Timeline:
                         }
                     )
             for span in self._spans[label]:
-                out.append(
-                    {
-                        "ph": "X",
-                        "name": span.name,
-                        "cat": span.cat,
-                        "ts": round(span.start_us, 3),
-                        "dur": round(span.dur_us, 3),
-                        "pid": pid,
-                        "tid": tids[span.thread],
-                    }
-                )
+                event: dict[str, Any] = {
+                    "ph": "X",
+                    "name": span.name,
+                    "cat": span.cat,
+                    "ts": round(span.start_us, 3),
+                    "dur": round(span.dur_us, 3),
+                    "pid": pid,
+                    "tid": tids[span.thread],
+                }
+                if span.cpu_us >= 0:
+                    event["args"] = {"cpu_ms": round(span.cpu_us / 1000.0, 3)}
+                out.append(event)
         return out
 
     def write(self, path: str | Path, metadata: Mapping[str, Any] | None = None) -> Path:

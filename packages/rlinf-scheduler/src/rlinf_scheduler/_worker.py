@@ -214,12 +214,12 @@ class Worker(CommMixin):
             >>> # with self.timer("generate"):
             >>> #     out = self.model.generate(batch)
         """
-        start = time.perf_counter_ns()
+        start, cpu = time.perf_counter_ns(), time.process_time_ns()
         try:
             yield
         finally:
             end = time.perf_counter_ns()
-            record_span(name, WAIT if wait else COMPUTE, start, end)
+            record_span(name, WAIT if wait else COMPUTE, start, end, time.process_time_ns() - cpu)
             lock, timings = self._rlinf_timing_state()
             with lock:
                 timings[name] = timings.get(name, 0.0) + (end - start) / 1e9

@@ -10,12 +10,14 @@ from ._logger import (
     write_samples,
 )
 from ._plot import plot_run
+from ._timeline import plot_timeline
 
 __all__ = [
     "BACKENDS",
     "SAMPLES_SHOWN",
     "MetricLogger",
     "plot_run",
+    "plot_timeline",
     "read_metrics",
     "samples_markdown",
     "seconds_since_process_start",

@@ -1,4 +1,7 @@
-"""Turn a run directory's ``metrics.jsonl`` into PNG learning curves: ``rlinf-plot RUN_DIR [RUN_DIR ...]``."""
+"""Turn a run directory's ``metrics.jsonl`` into PNG learning curves: ``rlinf-plot RUN_DIR [RUN_DIR ...]``.
+
+``rlinf-plot RUN_DIR --timeline [--step N]`` draws a step of a profiled run's ``trace.json`` instead.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._logger import read_metrics
+from ._timeline import plot_timeline
 
 __all__ = ["main", "plot_run"]
 
@@ -75,7 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keys", nargs="*", help="metric keys (default: all)")
     parser.add_argument("--x", default="step", choices=["step", "time/wall_s"])
     parser.add_argument("--out", help="output directory (default: <first run>/plots)")
+    parser.add_argument("--timeline", action="store_true", help="draw a step of each run's trace.json")
+    parser.add_argument(
+        "--step", type=int, default=None, help="with --timeline: the step (default: the last)"
+    )
     args = parser.parse_args(argv)
+    if args.timeline:
+        for run in args.runs:
+            run_dir = Path(run) if Path(run).is_dir() else Path(run).parent
+            out = Path(args.out) if args.out else run_dir / "plots"
+            name = f"timeline_step{args.step}.png" if args.step is not None else "timeline.png"
+            sys.stdout.write(f"{plot_timeline(run_dir / 'trace.json', out / name, step=args.step)}\n")
+        return 0
     for path in plot_run(args.runs, keys=args.keys, x=args.x, out_dir=args.out):
         sys.stdout.write(f"{path}\n")
     return 0
