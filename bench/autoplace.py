@@ -60,17 +60,19 @@ def main() -> None:
             traces = sorted(work.glob("profile_*/trace.json"))
         else:
             traces = profile_runs(app, args.config, args.overrides, machine, args.steps, work)
-        costs, ranked, runs = autoplace(app, args.config, args.overrides, machine, traces, top=10_000)
+        costs, ranked, runs, machine = autoplace(
+            app, args.config, args.overrides, machine, traces, top=10_000
+        )
         search_s = time.perf_counter() - START
         print(
             f"autoplace: {len(ranked)} valid placements ranked in {search_s:.1f} s from process start",
             flush=True,
         )
-        print(f"model: {costs}", flush=True)
+        print(f"model: {costs}; {machine.cores:.2f} cores", flush=True)
         for run in runs:
             print(
                 f"profiled {run.candidate.describe()}: {run.step_s:.3f} s/step, cpu {dict(run.calls)}, "
-                f"parallelism {dict(run.parallelism)}"
+                f"cpu/wall {dict(run.cpu_per_wall)}"
             )
         rows = []
         for i, placement in enumerate(ranked):

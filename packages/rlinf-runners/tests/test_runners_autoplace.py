@@ -322,3 +322,20 @@ def test_cli_refuses_a_bad_config_before_profiling(
     path = APPS / "embodied" / "config" / f"{config}.yaml"
     assert main([str(path), "--nodes", "1", "--accelerators-per-node", "2", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_effective_cores_come_from_runs_where_ranks_shared_a_node() -> None:
+    from rlinf_runners.autoplace import Measured, effective_cores
+
+    machine = Machine(1, 2, cores=2.0)
+
+    def run(env: tuple[int, int], cpu_per_wall: float) -> Measured:
+        c = _cand(actor=(0, 1), rollout=(0, 1), env=env)
+        calls = {"env": 0.01, "rollout": 0.001, "actor": 0.1}
+        ratio = {"env": cpu_per_wall, "rollout": 1.0, "actor": 1.0}
+        return Measured(c, machine, "embodied", calls, ratio, 10.0, 0.0, 1.0, 3)
+
+    assert effective_cores([run((0, 1), 0.99)]) is None  # one env process: says nothing about sharing
+    # two env processes got 0.87 of a core each: the node gave them 1.74 cores
+    assert effective_cores([run((0, 1), 0.99), run((0, 2), 0.87)]) == pytest.approx(1.74)
+    assert effective_cores([run((0, 2), 1.5)]) == 2.0  # never more than the node has

@@ -15,7 +15,7 @@ from ._cli import (
     profile_runs,
     resolve_app,
 )
-from ._fit import Measured, candidate_from_metadata, fit, measure
+from ._fit import Measured, candidate_from_metadata, effective_cores, fit, measure
 from ._model import (
     CallCost,
     Candidate,
@@ -42,6 +42,7 @@ __all__ = [
     "candidate_from_metadata",
     "candidates",
     "canonical",
+    "effective_cores",
     "fit",
     "main",
     "measure",

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._fit import Measured, candidate_from_metadata, fit, measure
+import attrs
+
+from ._fit import Measured, candidate_from_metadata, effective_cores, fit, measure
 from ._model import Candidate, EmbodiedCosts, Machine, SequentialCosts, candidates, canonical, rank_candidates
 
 __all__ = [
@@ -146,8 +148,6 @@ def profile_runs(
 
 def attrs_evolve_machine(machine: Machine, **changes: Any) -> Machine:
     """``machine`` with ``changes`` (attrs.evolve, typed)."""
-    import attrs
-
     return attrs.evolve(machine, **changes)
 
 
@@ -166,8 +166,13 @@ def autoplace(
     traces: Sequence[Path],
     *,
     top: int = 10,
-) -> tuple[EmbodiedCosts | SequentialCosts, list[Placement], list[Measured]]:
+    calibrate_cores: bool = True,
+) -> tuple[EmbodiedCosts | SequentialCosts, list[Placement], list[Measured], Machine]:
     """Fit the model on ``traces`` and rank the valid placements of ``machine`` (fastest first, ``top`` kept).
+
+    With ``calibrate_cores`` the nodes' cores are those the profiled processes actually got
+    (:func:`~rlinf_runners.autoplace._fit.effective_cores`), at most ``machine.cores``. Returns the costs,
+    the ranking, the measured runs and the machine the prediction used.
 
     Raises:
         ValueError: a trace cannot be read as a profiled run of this app, or no candidate is valid.
@@ -180,9 +185,16 @@ def autoplace(
     for path in traces:
         timeline, other = Timeline.load(path)
         candidate, _, per_node = candidate_from_metadata(other, components)
-        cores = float(other.get("driver_cpu_count") or machine.cores)
-        profiled_on = Machine(1, per_node, min(cores, machine.cores), machine.simulated)
+        node_cores = float(other.get("driver_cpu_count") or machine.cores)
+        profiled_on = Machine(1, per_node, min(node_cores, machine.cores), machine.simulated)
         runs.append(measure(timeline, candidate, profiled_on, kind))  # type: ignore[arg-type]
+    cores = effective_cores(runs) if calibrate_cores else None
+    if cores is not None:  # what the profiled processes got of a node
+        machine = attrs_evolve_machine(machine, cores=min(cores, machine.cores))
+        runs = [
+            attrs.evolve(r, machine=attrs_evolve_machine(r.machine, cores=min(cores, r.machine.cores)))
+            for r in runs
+        ]
     costs = fit(runs)
     stages = STAGE_OPTIONS if kind == "embodied" else (1,)
     ranked = rank_candidates(list(candidates(components, machine, stages)), costs, machine)
@@ -199,7 +211,7 @@ def autoplace(
                 break
     if not out:
         raise ValueError("no placement of this cluster size passes the config's checks")
-    return costs, out, runs
+    return costs, out, runs, machine
 
 
 def _yaml(best: Placement, app_name: str) -> str:
@@ -285,7 +297,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: profiling failed: {e}", file=sys.stderr)
                 return 1
         try:
-            costs, ranked, runs = autoplace(app, args.config, args.overrides, machine, traces, top=args.top)
+            costs, ranked, runs, used = autoplace(
+                app,
+                args.config,
+                args.overrides,
+                machine,
+                traces,
+                top=args.top,
+                calibrate_cores=args.cores is None,
+            )
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -294,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"profiled {run.candidate.describe()}: {run.step_s:.3f} s/step over {run.steps} steps; "
             + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in run.calls.items())
         )
-    print(f"model: {costs}")
+    print(f"model: {costs}; {used.cores:.2f} cores per node")
     print(f"\n{'rank':>4}  {'s/step':>8}  {'mode':<13}  placement")
     for i, p in enumerate(ranked, 1):
         print(f"{i:>4}  {p.seconds:8.3f}  {p.candidate.mode:<13}  {p.candidate.describe()}")

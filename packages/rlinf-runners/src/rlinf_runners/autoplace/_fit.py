@@ -20,9 +20,9 @@ from typing import Any, Literal
 import attrs
 from rlinf_scheduler import DRIVER, Span, Timeline
 
-from ._model import CallCost, Candidate, EmbodiedCosts, Machine, SequentialCosts, predict
+from ._model import CallCost, Candidate, EmbodiedCosts, Machine, SequentialCosts, _per_node, predict
 
-__all__ = ["Measured", "candidate_from_metadata", "fit", "measure"]
+__all__ = ["Measured", "candidate_from_metadata", "effective_cores", "fit", "measure"]
 
 Kind = Literal["embodied", "sequential"]
 
@@ -42,8 +42,8 @@ class Measured:
     calls: Mapping[str, float]
     """Per component: one call's CPU seconds on one rank (env: one stage's env step; rollout: one inference;
     actor and the sequential phases: their whole part of a step)."""
-    parallelism: Mapping[str, float]
-    """Per component: CPU seconds per busy wall-clock second of its calls (>= 1)."""
+    cpu_per_wall: Mapping[str, float]
+    """Per component: CPU seconds per busy wall-clock second of its calls (``-1``: no CPU times recorded)."""
     chunks: float
     """Chunk steps per training step (embodied)."""
     sync_s: float
@@ -115,7 +115,7 @@ def measure(timeline: Timeline, candidate: Candidate, machine: Machine, kind: Ki
     for label in timeline.labels:
         by_group.setdefault(label.rsplit(":", 1)[0], []).append(label)
     calls: dict[str, float] = {}
-    parallelism: dict[str, float] = {}
+    ratio: dict[str, float] = {}
     chunks = 0.0
     if kind == "embodied":
         env_spans = _named(timeline, by_group.get("env", []), _ENV_CALL, windows)
@@ -125,18 +125,36 @@ def measure(timeline: Timeline, candidate: Candidate, machine: Machine, kind: Ki
                 f"the trace's steps hold no '{_ENV_CALL}' or '{_INFERENCE}' spans (not an embodied run)"
             )
         for group, spans in (("env", env_spans), ("rollout", infer_spans)):
-            calls[group], parallelism[group] = _call_costs(busy, spans, machine.cores)
+            calls[group], ratio[group] = _call_costs(busy, spans, machine.cores)
         n_env = len(by_group["env"])
         chunks = len(env_spans) / (len(windows) * n_env * candidate.stages)
-        calls["actor"], parallelism["actor"] = _phase_costs(
+        calls["actor"], ratio["actor"] = _phase_costs(
             timeline, busy, by_group.get("actor", []), windows, machine
         )
     else:
         for group in _SEQUENTIAL:
-            calls[group], parallelism[group] = _phase_costs(
+            calls[group], ratio[group] = _phase_costs(
                 timeline, busy, by_group.get(group, []), windows, machine
             )
-    return Measured(candidate, machine, kind, calls, parallelism, chunks, sync_s, step_s, len(windows))
+    return Measured(candidate, machine, kind, calls, ratio, chunks, sync_s, step_s, len(windows))
+
+
+def effective_cores(runs: Sequence[Measured]) -> float | None:
+    """The cores a node's busy processes actually got, from runs where several ran at once (``None``: none did).
+
+    In a run where ``n`` ranks of the main CPU consumer (the env; generation for reasoning) share a node, their
+    CPU seconds per wall-clock second add up to the cores they had: fewer than the node's when other
+    processes (the rollout, Ray's own, other tenants) take a part. The mean over such runs, at most the
+    node's cores.
+    """
+    estimates = []
+    for run in runs:
+        group = "env" if run.kind == "embodied" else "rollout"
+        procs = _per_node(run.candidate, group, run.machine)
+        ratio = run.cpu_per_wall.get(group, -1.0)
+        if procs >= 2 and ratio > 0:
+            estimates.append(min(run.machine.cores, procs * ratio))
+    return _mean(estimates) if estimates else None
 
 
 def fit(runs: Sequence[Measured]) -> EmbodiedCosts | SequentialCosts:
@@ -154,7 +172,7 @@ def fit(runs: Sequence[Measured]) -> EmbodiedCosts | SequentialCosts:
 
     def cost(group: str, share: Callable[[Measured], float]) -> CallCost:
         call = _fit_call([(share(r), r.calls[group]) for r in runs])
-        return attrs.evolve(call, parallelism=max(r.parallelism[group] for r in runs))
+        return attrs.evolve(call, parallelism=max(1.0, *(r.cpu_per_wall[group] for r in runs)))
 
     costs: EmbodiedCosts | SequentialCosts
     if kind == "embodied":
@@ -211,23 +229,23 @@ def _named(
 
 
 def _call_costs(busy: _Busy, spans: Sequence[tuple[str, Span]], cores: float) -> tuple[float, float]:
-    """Mean CPU seconds of the calls and their parallelism (CPU over wall, >= 1).
+    """Mean CPU seconds of the calls and their CPU over wall time (``-1``: not recorded).
 
     Spans recorded without CPU time: their wall time with the node's oversubscription taken out, one thread.
     """
     if all(s.cpu_us >= 0 for _, s in spans):
         cpu = math.fsum(s.cpu_us for _, s in spans)
         wall = math.fsum(s.dur_us for _, s in spans)
-        return cpu / len(spans) / 1e6, max(1.0, cpu / wall) if wall > 0 else 1.0
-    return _mean([busy.alone(label, s, cores) for label, s in spans]), 1.0
+        return cpu / len(spans) / 1e6, cpu / wall if wall > 0 else -1.0
+    return _mean([busy.alone(label, s, cores) for label, s in spans]), -1.0
 
 
 def _phase_costs(
     timeline: Timeline, busy: _Busy, labels: Sequence[str], windows: Sequence[Span], machine: Machine
 ) -> tuple[float, float]:
-    """A group's mean CPU seconds per rank and step in its outermost compute spans, and their parallelism."""
+    """A group's mean CPU seconds per rank and step in its outermost compute spans, and CPU over busy wall."""
     if not labels:
-        return 0.0, 1.0
+        return 0.0, -1.0
     cpu = wall = 0.0
     measured = True
     for label in labels:
@@ -243,9 +261,9 @@ def _phase_costs(
             for window in windows:
                 for lo, hi in busy.intervals(label, window.start_us, window.end_us):
                     alone += busy.alone(label, Span("", "", lo, hi - lo, ""), machine.cores)
-        return alone / (len(labels) * len(windows)), 1.0
+        return alone / (len(labels) * len(windows)), -1.0
     runs = len(labels) * len(windows)
-    return cpu / runs, max(1.0, cpu / wall) if wall > 0 else 1.0
+    return cpu / runs, cpu / wall if wall > 0 else -1.0
 
 
 def _outermost(spans: Sequence[Span], window: Span) -> list[Span]:
