@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="keep every run's trace under this directory")
     parser.add_argument("--replay", type=Path, default=None, help="recompute from a --keep directory")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     app = resolve_app(args.config, None)
     machine = Machine(1, args.slots, float(os.cpu_count() or 1), True)
     kind = "embodied" if app.name == "embodied" else "sequential"
