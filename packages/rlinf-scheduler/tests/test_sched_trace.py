@@ -289,3 +289,18 @@ def test_a_written_timeline_loads_back(tmp_path: Path) -> None:
     (tmp_path / "bare.json").write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(ValueError, match="process_name"):
         Timeline.load(tmp_path / "bare.json")
+
+
+def test_busy_intervals_are_compute_minus_waits() -> None:
+    t = Timeline()
+    t.add(
+        _proc(
+            "actor:0",
+            _span("train", COMPUTE, 0, 600),
+            _span("get", WAIT, 100, 300),
+            _span("log", COMPUTE, 500, 800, thread="other"),
+            _span("idle wait", WAIT, 900, 950),
+        )
+    )
+    assert t.busy_intervals("actor:0") == [(0, 100), (300, 800)]
+    assert t.busy_intervals("nobody") == []

@@ -265,6 +265,16 @@ class Timeline:
         """All spans of process ``label`` (empty for an unknown label)."""
         return tuple(self._spans.get(label, ()))
 
+    def busy_intervals(self, label: str) -> list[tuple[float, float]]:
+        """When process ``label`` computed: sorted disjoint ``(start_us, end_us)`` intervals.
+
+        Its compute spans minus its wait spans, several threads counted once.
+        """
+        spans = self._spans.get(label, [])
+        compute = _union((s.start_us, s.end_us) for s in spans if s.cat != WAIT)
+        wait = _union((s.start_us, s.end_us) for s in spans if s.cat == WAIT)
+        return _subtract(compute, wait)
+
     def add(self, trace: ProcessTrace) -> None:
         """Append one process's spans (a process seen for the first time gets the next trace ``pid``)."""
         label = trace.label
@@ -364,6 +374,27 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
         else:
             merged.append((lo, hi))
     return merged
+
+
+def _subtract(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """``a`` without ``b`` (both sorted and disjoint)."""
+    out = []
+    j = 0
+    for lo, hi in a:
+        cur = lo
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < hi:
+            out.append((cur, hi))
+    return out
 
 
 def _length(intervals: Sequence[tuple[float, float]]) -> float:

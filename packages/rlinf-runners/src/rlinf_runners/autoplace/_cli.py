@@ -69,18 +69,39 @@ def placement_overrides(app: Any, candidate: Candidate, machine: Machine) -> lis
     return out
 
 
-def _check(
-    app: Any, config: Path, overrides: Sequence[str], candidate: Candidate, machine: Machine
-) -> str | None:
-    """``None`` when the app accepts ``candidate``; else why not."""
-    from rlinf_core.config import ConfigError
+class _Checker:
+    """Whether the app accepts a candidate: its config checks, with the candidate's placement and stages.
 
-    try:
-        cfg = app.load_config(config, [*overrides, *placement_overrides(app, candidate, machine)])
-        app.check(cfg, app.world_sizes(cfg))
-    except (ConfigError, ValueError) as e:
-        return str(e)
-    return None
+    The config file and overrides are loaded once per machine; each candidate is an ``attrs.evolve`` of that
+    config, checked with the app's cross-section checks and the world sizes its placement gives.
+    """
+
+    def __init__(self, app: Any, config: Path, overrides: Sequence[str]) -> None:
+        self.app, self.config, self.overrides = app, config, list(overrides)
+        self._base: dict[Machine, Any] = {}
+
+    def __call__(self, candidate: Candidate, machine: Machine) -> str | None:
+        """``None`` when the app accepts ``candidate`` on ``machine``; else why not."""
+        from rlinf_core.config import ConfigError
+
+        try:
+            if machine not in self._base:
+                self._base[machine] = self.app.load_config(
+                    self.config, [*self.overrides, *placement_overrides(self.app, candidate, machine)]
+                )
+            base = self._base[machine]
+            cfg = attrs.evolve(
+                base, cluster=attrs.evolve(base.cluster, component_placement=candidate.component_placement())
+            )
+            if self.app.name == "embodied":
+                cfg = attrs.evolve(
+                    cfg, rollout=attrs.evolve(cfg.rollout, pipeline_stage_num=candidate.stages)
+                )
+            self.app.check(cfg)
+            self.app.check(cfg, self.app.world_sizes(cfg))
+        except (ConfigError, ValueError, TypeError) as e:
+            return str(e)
+        return None
 
 
 def profile_overrides(log_path: Path, steps: int, app: Any) -> list[str]:
@@ -109,6 +130,7 @@ def profile_runs(
     from .. import apps as apps_mod
 
     components = tuple(app.components)
+    check = _Checker(app, config, overrides)
     stages = _config_stages(app, config, overrides)
     one_node = attrs_evolve_machine(machine, nodes=1)
 
@@ -121,7 +143,7 @@ def profile_runs(
     k = machine.slots_per_node
     for size in sorted((s for s in range(2, k + 1) if k % s == 0), reverse=True):
         tries = [collocated(size, size), collocated(size, 1)]
-        problems = [_check(app, config, overrides, c, one_node) for c in tries]
+        problems = [check(c, one_node) for c in tries]
         valid = [c for c, p in zip(tries, problems, strict=True) if p is None]
         if valid:
             points.append(valid[0])
@@ -180,6 +202,7 @@ def autoplace(
     from rlinf_scheduler import Timeline
 
     components = tuple(app.components)
+    check = _Checker(app, config, overrides)
     kind = "embodied" if app.name == "embodied" else "sequential"
     runs = []
     for path in traces:
@@ -205,7 +228,7 @@ def autoplace(
         if key in seen:
             continue
         seen.add(key)
-        if _check(app, config, overrides, candidate, machine) is None:
+        if check(candidate, machine) is None:
             out.append(Placement(seconds, candidate, placement_overrides(app, candidate, machine)))
             if len(out) >= top:
                 break

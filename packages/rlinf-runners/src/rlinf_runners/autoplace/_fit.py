@@ -285,12 +285,7 @@ class _Busy:
 
     def __init__(self, timeline: Timeline) -> None:
         self.nodes = {label: timeline.node(label) for label in timeline.labels}
-        self.busy: dict[str, list[tuple[float, float]]] = {}
-        for label in timeline.labels:
-            spans = timeline.spans(label)
-            compute = _union([(s.start_us, s.end_us) for s in spans if s.cat != "wait"])
-            wait = _union([(s.start_us, s.end_us) for s in spans if s.cat == "wait"])
-            self.busy[label] = _subtract(compute, wait)
+        self.busy = {label: timeline.busy_intervals(label) for label in timeline.labels}
         self._starts = {label: [lo for lo, _ in iv] for label, iv in self.busy.items()}
 
     def intervals(self, label: str, lo: float, hi: float) -> list[tuple[float, float]]:
@@ -327,33 +322,3 @@ class _Busy:
         )
         concurrency = 1.0 + others / (hi - lo)
         return span.dur_us / 1e6 / max(1.0, concurrency / cores)
-
-
-def _union(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for lo, hi in sorted(intervals):
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
-def _subtract(
-    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    out = []
-    j = 0
-    for lo, hi in a:
-        cur = lo
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < hi:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < hi:
-            out.append((cur, hi))
-    return out
