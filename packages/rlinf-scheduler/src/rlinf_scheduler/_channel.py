@@ -30,7 +30,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
-from rlinf_scheduler._trace import WAIT, trace_span
+from rlinf_scheduler._trace import NO_SPAN, WAIT, trace_span, tracing_enabled
 from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip, recv_exact
 
 __all__ = ["DEFAULT_KEY", "Channel", "Empty", "Full"]
@@ -668,7 +668,7 @@ class Channel:
         Raises:
             Full: no room within ``timeout``.
         """
-        with trace_span(f"put {self._name}", WAIT):
+        with trace_span(f"put {self._name}", WAIT) if tracing_enabled() else NO_SPAN:
             fut = self._put_request(item, key, weight, True, timeout)
             self._result(fut, timeout, f"put(key={key!r})")
 
@@ -678,7 +678,7 @@ class Channel:
         Raises:
             Empty: nothing arrived within ``timeout``.
         """
-        with trace_span(f"get {self._name}", WAIT):
+        with trace_span(f"get {self._name}", WAIT) if tracing_enabled() else NO_SPAN:
             fut = self._get_request(key, None, True, timeout)
             return _unpack(self._result(fut, timeout, f"get(key={key!r})")[1])
 
@@ -700,7 +700,7 @@ class Channel:
             Empty: the batch was not complete within ``timeout`` (no item is taken).
             ValueError: the next item alone weighs more than ``target_weight``.
         """
-        with trace_span(f"get_batch {self._name}", WAIT):
+        with trace_span(f"get_batch {self._name}", WAIT) if tracing_enabled() else NO_SPAN:
             fut = self._get_request(key, target_weight, True, timeout)
             return [_unpack(b) for _, b in self._result(fut, timeout, f"get_batch(key={key!r})")]
 

@@ -29,7 +29,7 @@ import numpy as np
 import ray
 
 from rlinf_scheduler import _transport as tp
-from rlinf_scheduler._trace import WAIT, trace_span
+from rlinf_scheduler._trace import NO_SPAN, WAIT, trace_span, tracing_enabled
 from rlinf_scheduler._transport_socket import FrameClient, FrameServer, node_ip
 
 __all__ = ["CommMixin", "Work"]
@@ -426,7 +426,7 @@ class CommMixin:
                 is this worker.
             RuntimeError: the receiver died.
         """
-        with trace_span(f"send {dst_group_name}:{dst_rank}", WAIT):
+        with trace_span(f"send {dst_group_name}:{dst_rank}", WAIT) if tracing_enabled() else NO_SPAN:
             self._comm_isend(obj, dst_group_name, dst_rank).wait()
 
     def isend(self, obj: Any, dst_group_name: str, dst_rank: int) -> Work:
@@ -449,7 +449,7 @@ class CommMixin:
             TimeoutError: nothing arrived within ``timeout``.
         """
         peer = self._comm_source(src_group_name, src_rank)
-        with trace_span(f"recv {src_group_name}:{src_rank}", WAIT):
+        with trace_span(f"recv {src_group_name}:{src_rank}", WAIT) if tracing_enabled() else NO_SPAN:
             return self._comm_receive(peer, _P2P, cancel_on_timeout=True).wait(timeout)
 
     def irecv(self, src_group_name: str, src_rank: int) -> Work:

@@ -161,6 +161,11 @@ def trace_span(name: str, cat: str = COMPUTE) -> Iterator[None]:
         _RECORDER.record(name, cat, start, time.perf_counter_ns(), time.process_time_ns() - cpu)
 
 
+NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""What hot paths enter instead of :func:`trace_span` when tracing is off (no span name is even formatted):
+``with trace_span(f"get {name}", WAIT) if tracing_enabled() else NO_SPAN:``."""
+
+
 def record_span(name: str, cat: str, start_ns: int, end_ns: int, cpu_ns: int = -1000) -> None:
     """Record a span measured with ``time.perf_counter_ns`` (``Worker.timer`` times itself once for both).
 

@@ -25,7 +25,7 @@ import ray
 from ._comm import CommMixin
 from ._deaths import FAULT_DIR_ENV, fault_file, record_fatal_signals
 from ._errors import SchedulerTimeoutError, WorkerFailure
-from ._trace import COMPUTE, WAIT, ProcessTrace, enable_tracing, record_span, take_trace
+from ._trace import COMPUTE, WAIT, ProcessTrace, enable_tracing, record_span, take_trace, tracing_enabled
 
 if TYPE_CHECKING:
     from ._group import GroupLauncher
@@ -214,12 +214,14 @@ class Worker(CommMixin):
             >>> # with self.timer("generate"):
             >>> #     out = self.model.generate(batch)
         """
-        start, cpu = time.perf_counter_ns(), time.process_time_ns()
+        tracing = tracing_enabled()
+        start, cpu = time.perf_counter_ns(), time.process_time_ns() if tracing else 0
         try:
             yield
         finally:
             end = time.perf_counter_ns()
-            record_span(name, WAIT if wait else COMPUTE, start, end, time.process_time_ns() - cpu)
+            if tracing:
+                record_span(name, WAIT if wait else COMPUTE, start, end, time.process_time_ns() - cpu)
             lock, timings = self._rlinf_timing_state()
             with lock:
                 timings[name] = timings.get(name, 0.0) + (end - start) / 1e9

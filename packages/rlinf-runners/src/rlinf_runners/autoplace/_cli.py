@@ -132,7 +132,7 @@ def profile_runs(
     components = tuple(app.components)
     check = _Checker(app, config, overrides)
     stages = _config_stages(app, config, overrides)
-    one_node = attrs_evolve_machine(machine, nodes=1)
+    one_node = attrs.evolve(machine, nodes=1)
 
     def collocated(size: int, actor: int) -> Candidate:
         return Candidate(tuple((c, (0, actor if c == "actor" else size)) for c in components), stages)
@@ -166,11 +166,6 @@ def profile_runs(
         assert result.trace_file is not None  # runner.profile=true
         traces.append(result.trace_file)
     return traces
-
-
-def attrs_evolve_machine(machine: Machine, **changes: Any) -> Machine:
-    """``machine`` with ``changes`` (attrs.evolve, typed)."""
-    return attrs.evolve(machine, **changes)
 
 
 def _config_stages(app: Any, config: Path, overrides: Sequence[str]) -> int:
@@ -213,10 +208,9 @@ def autoplace(
         runs.append(measure(timeline, candidate, profiled_on, kind))  # type: ignore[arg-type]
     cores = effective_cores(runs) if calibrate_cores else None
     if cores is not None:  # what the profiled processes got of a node
-        machine = attrs_evolve_machine(machine, cores=min(cores, machine.cores))
+        machine = attrs.evolve(machine, cores=min(cores, machine.cores))
         runs = [
-            attrs.evolve(r, machine=attrs_evolve_machine(r.machine, cores=min(cores, r.machine.cores)))
-            for r in runs
+            attrs.evolve(r, machine=attrs.evolve(r.machine, cores=min(cores, r.machine.cores))) for r in runs
         ]
     costs = fit(runs)
     stages = STAGE_OPTIONS if kind == "embodied" else (1,)
