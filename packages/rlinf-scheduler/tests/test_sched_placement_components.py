@@ -221,13 +221,14 @@ def test_node_group_errors() -> None:
         )
     with pytest.raises(
         ValueError,
-        match=r"component_placement\['a'\]: node groups \['gpu', 'robots'\] have different resource kinds",
+        match=r"component_placement\['a'\]: placement '0-1:0'.*process 0 would take resources of node groups "
+        r"\['arms', 'gpu'\].*gpu: accelerator, arms: Arm unit",
     ):
         resolve_placement(
-            {"a": {"node_group": "gpu,robots", "placement": "0"}},
-            num_nodes=2,
+            {"a": {"node_group": "gpu,arms", "placement": "0-1:0"}},
+            num_nodes=1,
             accelerators_per_node=1,
-            node_groups=groups,
+            node_groups=[groups[0], NodeGroupConfig(label="arms", node_ranks=[0], hardware_type="Arm")],
         )
     with pytest.raises(
         ValueError, match=r"component_placement\['a'\]: placement '1'.*Arm unit rank 1.*out of range"
@@ -406,7 +407,7 @@ def test_model_parallel_errors(placement: dict[str, Any], sizes: dict[str, int],
 def test_model_parallel_needs_accelerators() -> None:
     with pytest.raises(
         ValueError,
-        match=r"model-parallel components need accelerators, but its node group has node resources",
+        match=r"model-parallel components need accelerators, but its node group\(s\) give node resources",
     ):
         mp({"actor": "0", "rollout": "1"}, view=StaticClusterView(num_nodes=2, accelerators=0))
 
@@ -439,3 +440,55 @@ def test_placements_pickle() -> None:
 
     ps = resolve_placement({"a": "0-3:0-1"}, num_nodes=1, accelerators_per_node=4)["a"]
     assert pickle.loads(pickle.dumps(ps)) == ps
+
+
+def test_component_spans_node_groups_of_different_kinds() -> None:
+    """GPU nodes and robot nodes in one component: each process gets its own group's kind of resource."""
+    groups = [
+        NodeGroupConfig(label="gpu", node_ranks="0-1"),
+        NodeGroupConfig(
+            label="robot",
+            node_ranks="2-3",
+            hardware_type="Franka",
+            hardware_configs=[
+                {"node_rank": 2, "robot_ip": "10.0.0.2"},
+                {"node_rank": 3, "robot_ip": "10.0.0.3"},
+                {"node_rank": 3, "robot_ip": "10.0.0.4"},
+            ],
+        ),
+    ]
+    out = resolve_placement(
+        {
+            "env": {"node_group": "gpu,robot", "placement": "0-6"},
+            "actor": {"node_group": "gpu", "placement": "all"},
+        },
+        num_nodes=4,
+        accelerators_per_node=[2, 2, 0, 0],
+        node_groups=groups,
+    )
+    env = out["env"]
+    assert [(p.node_rank, p.resource_kind, p.node_group) for p in env] == [
+        (0, "accelerator", "gpu"),
+        (0, "accelerator", "gpu"),
+        (1, "accelerator", "gpu"),
+        (1, "accelerator", "gpu"),
+        (2, "hardware", "robot"),
+        (3, "hardware", "robot"),
+        (3, "hardware", "robot"),
+    ]
+    assert [p.local_accelerators for p in env[:4]] == [(0,), (1,), (0,), (1,)]
+    assert all(p.hardware_configs == () and p.hardware_type is None for p in env[:4])
+    assert [p.hardware_configs[0]["robot_ip"] for p in env[4:]] == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert [p.local_hardware_ranks for p in env[4:]] == [(0,), (0,), (1,)]
+    assert env[6].hardware == "Franka unit 1 (robot_ip=10.0.0.4) on node 3, node group 'robot'"
+    assert env[0].hardware == "accelerator(s) [0] on node 0, node group 'gpu'"
+    # Out-of-range ranks of a mixed placement say what the resources are.
+    with pytest.raises(
+        ValueError, match=r"resource rank 7 in segment '7' is out of range \(7 resource\(s\) available"
+    ):
+        resolve_placement(
+            {"env": {"node_group": "gpu,robot", "placement": "7"}},
+            num_nodes=4,
+            accelerators_per_node=[2, 2, 0, 0],
+            node_groups=groups,
+        )

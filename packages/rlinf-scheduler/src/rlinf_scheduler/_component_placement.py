@@ -313,10 +313,11 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
     def _check_model_parallel_component(self, name: str) -> list[int]:
         placements = self.get_placements(name)
-        if placements[0].resource_kind != "accelerator":
+        others = sorted({p.resource_kind for p in placements} - {"accelerator"})
+        if others:
             raise ValueError(
-                f"{self._where(name)}: model-parallel components need accelerators, but its node group has "
-                f"{placements[0].resource_kind} resources (set simulated_accelerators_per_node on a CPU-only machine)"
+                f"{self._where(name)}: model-parallel components need accelerators, but its node group(s) give "
+                f"{' and '.join(others)} resources (set simulated_accelerators_per_node on a CPU-only machine)"
             )
         if any(len(p.resource_ranks) != 1 for p in placements) or len(
             {p.resource_ranks for p in placements}

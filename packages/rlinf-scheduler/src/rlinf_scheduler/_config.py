@@ -328,6 +328,11 @@ class NodeGroupConfig:
             return sum(1 for entry in self.hardware_configs if entry["node_rank"] == node_rank)
         return 1
 
+    def hardware_config(self, node_rank: int, index: int) -> dict[str, Any] | None:
+        """The ``hardware_configs`` entry of unit ``index`` on ``node_rank`` (the node's entries in order), if any."""
+        entries = [entry for entry in self.hardware_configs if entry["node_rank"] == node_rank]
+        return dict(entries[index]) if index < len(entries) else None
+
     def env_vars_on(self, node_rank: int) -> dict[str, str]:
         """Environment variables this group sets on ``node_rank`` (group-wide, then its ``env_configs`` entry)."""
         if node_rank not in self.node_ranks:

@@ -23,6 +23,8 @@ class WorkerFailure:
         kind: ``"raised"`` (a method or the constructor raised) or ``"died"`` (the process exited or was killed).
         method: The method that raised (``"__init__"`` for the constructor), ``None`` if unknown.
         details: The worker's traceback, or the exit cause Ray reported.
+        where: Where the worker ran, e.g. ``"Franka unit 0 (robot_ip=10.0.0.2) on node 1, node group 'robot'"``
+            (empty if unknown): a failure of a worker that drives hardware names the hardware.
     """
 
     group_name: str
@@ -30,6 +32,7 @@ class WorkerFailure:
     kind: Literal["raised", "died"]
     method: str | None
     details: str
+    where: str = ""
 
     def describe(self) -> str:
         """One paragraph for logs and error messages."""
@@ -38,6 +41,8 @@ class WorkerFailure:
             head = f"{where} raised in {self.method}()" if self.method else f"{where} raised"
         else:
             head = f"{where} died"
+        if self.where:
+            head += f" ({self.where})"
         return f"{head}:\n{self.details.rstrip()}"
 
 

@@ -602,9 +602,14 @@ def _failure_from_ray_error(
     group: WorkerGroup, method: str, ranks: tuple[int, ...], refs: list[Any], err: BaseException
 ) -> WorkerFailure:
     rank = _failed_rank(group, ranks, refs, err)
+    where = group.placements[rank].hardware if 0 <= rank < len(group.placements) else ""
     if isinstance(err, ray.exceptions.RayTaskError):
-        return WorkerFailure(group_name=group.name, rank=rank, kind="raised", method=method, details=str(err))
-    return WorkerFailure(group_name=group.name, rank=rank, kind="died", method=None, details=str(err))
+        return WorkerFailure(
+            group_name=group.name, rank=rank, kind="raised", method=method, details=str(err), where=where
+        )
+    return WorkerFailure(
+        group_name=group.name, rank=rank, kind="died", method=None, details=str(err), where=where
+    )
 
 
 def _failed_rank(group: WorkerGroup, ranks: tuple[int, ...], refs: list[Any], err: BaseException) -> int:

@@ -113,6 +113,8 @@ class FailureMonitor:
                     continue
                 group, rank = entry
                 failure = _resolve(ref, group.name, rank)
+                if not failure.where and 0 <= rank < len(group.placements):
+                    failure = attrs.evolve(failure, where=group.placements[rank].hardware)
                 if failure.kind == "died":
                     cause = self._cluster.explain_death(group.name, rank, failure.details)
                     failure = attrs.evolve(failure, details=f"{failure.details.rstrip()}\n{cause}")

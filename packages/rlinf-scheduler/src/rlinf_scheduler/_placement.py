@@ -6,7 +6,8 @@ node groups) into one frozen :class:`Placement` per process rank. Nothing here i
 
 Resources of a node group are its non-accelerator hardware units if the group declares ``hardware_type``, else
 its accelerators (real or simulated) if its nodes have any and the group does not ``ignore_hardware``, else the
-nodes themselves. Resource ranks count from 0 inside the (concatenated) node group(s), node by node.
+nodes themselves. Resource ranks count from 0 inside the (concatenated) node group(s), node by node. Groups of
+different kinds may be concatenated (GPU nodes then robot nodes): each process takes resources of one kind.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ class Placement:
         node_group: Label of the node group the process's resources belong to.
         accelerator_type: Accelerator type of the node (``"cpu"`` when simulated, ``""`` if none).
         hardware_type: The node group's ``hardware_type`` for hardware placements, else ``None``.
+        hardware_configs: For hardware placements, the node group's ``hardware_configs`` entry of each assigned
+            unit (``{}`` for a unit without one), in ``local_hardware_ranks`` order; else empty.
     """
 
     rank: int
@@ -157,6 +160,22 @@ class Placement:
     node_group: str
     accelerator_type: str
     hardware_type: str | None = None
+    hardware_configs: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def hardware(self) -> str:
+        """The assigned resources in words, e.g. ``"Franka unit 0 (robot_ip=10.0.0.2) on node 1, node group 'robot'"``."""
+        if self.resource_kind == "hardware":
+            units = []
+            for index, config in zip(self.local_hardware_ranks, self.hardware_configs, strict=True):
+                details = ", ".join(f"{k}={v}" for k, v in config.items() if k != "node_rank")
+                units.append(f"{self.hardware_type} unit {index}" + (f" ({details})" if details else ""))
+            what = ", ".join(units)
+        elif self.resource_kind == "accelerator":
+            what = f"accelerator(s) {list(self.local_accelerators)}"
+        else:
+            return f"node {self.node_rank}, node group {self.node_group!r}"
+        return f"{what} on node {self.node_rank}, node group {self.node_group!r}"
 
     @property
     def visible_accelerators(self) -> str:
@@ -169,22 +188,32 @@ class _Resource:
     node_rank: int
     local_index: int
     group: str
+    kind: ResourceKind
+    hardware_type: str | None = None
+    config: dict[str, Any] | None = attrs.field(default=None, eq=False)
+
+    @property
+    def word(self) -> str:
+        return f"{self.hardware_type} unit" if self.kind == "hardware" else self.kind
 
 
 @attrs.frozen
 class _ResourceSpace:
-    """The resources of one or more node groups, concatenated in order."""
+    """The resources of one or more node groups, concatenated in order (their kinds may differ)."""
 
-    kind: ResourceKind
     labels: tuple[str, ...]
     resources: tuple[_Resource, ...]
-    hardware_type: str | None
+    words: tuple[str, ...]
+    """The resource word of each group, in ``labels`` order."""
 
     @property
     def word(self) -> str:
-        if self.kind == "hardware":
-            return f"{self.hardware_type} unit"
-        return self.kind
+        return self.words[0] if len(set(self.words)) == 1 else "resource"
+
+    @property
+    def kinds(self) -> str:
+        """The groups' resources in words, e.g. ``"gpu: accelerator, robot: Franka unit"``."""
+        return ", ".join(f"{label}: {word}" for label, word in zip(self.labels, self.words, strict=True))
 
 
 def _group_kind(view: ClusterView, group: NodeGroupConfig | None, label: str) -> ResourceKind:
@@ -216,36 +245,28 @@ def _find_group(view: ClusterView, label: str) -> NodeGroupConfig | None:
 
 def resource_space(view: ClusterView, labels: Sequence[str]) -> _ResourceSpace:
     """Resources of the node groups ``labels``, ranked from 0 across the groups in order."""
-    kinds: list[ResourceKind] = []
-    hw_types: list[str | None] = []
     resources: list[_Resource] = []
+    words: list[str] = []
     for label in labels:
         group = _find_group(view, label)
         kind = _group_kind(view, group, label)
-        kinds.append(kind)
-        hw_types.append(group.hardware_type if group is not None else None)
+        hw_type = group.hardware_type if group is not None and kind == "hardware" else None
+        words.append(_Resource(0, 0, label, kind, hw_type).word)
         nodes = range(view.num_nodes) if group is None else group.node_ranks
         for node in nodes:
             if kind == "node":
-                count = 1
+                resources.append(_Resource(node, 0, label, kind))
             elif kind == "hardware":
                 assert group is not None
-                count = group.hardware_count_on(node)
+                resources.extend(
+                    _Resource(node, i, label, kind, hw_type, group.hardware_config(node, i))
+                    for i in range(group.hardware_count_on(node))
+                )
             else:
-                count = view.accelerators_per_node(node)
-            resources.extend(_Resource(node, i, label) for i in range(count))
-    if len(set(kinds)) > 1 or len(set(hw_types)) > 1:
-        described = [
-            f"{lab}: {k}" + (f" ({t})" if t else "")
-            for lab, k, t in zip(labels, kinds, hw_types, strict=True)
-        ]
-        raise ValueError(
-            f"node groups {list(labels)} have different resource kinds ({', '.join(described)}); "
-            "a placement spanning several groups needs the same kind of resource in each"
-        )
-    return _ResourceSpace(
-        kind=kinds[0], labels=tuple(labels), resources=tuple(resources), hardware_type=hw_types[0]
-    )
+                resources.extend(
+                    _Resource(node, i, label, kind) for i in range(view.accelerators_per_node(node))
+                )
+    return _ResourceSpace(labels=tuple(labels), resources=tuple(resources), words=tuple(words))
 
 
 def build_placements(
@@ -254,7 +275,7 @@ def build_placements(
     """Turn per-process resource ranks into placements (checks range, one node per process, no duplicates)."""
     n = len(space.resources)
     word = space.word
-    staged: list[tuple[int, tuple[int, ...], tuple[int, ...], str]] = []
+    staged: list[tuple[int, tuple[int, ...], tuple[_Resource, ...]]] = []
     for rank, ranks in enumerate(per_process):
         ranks = tuple(ranks)
         if not ranks:
@@ -273,17 +294,25 @@ def build_placements(
             raise ValueError(
                 f"process {rank} would span nodes {nodes} ({word} ranks {list(ranks)}); a process runs on one node"
             )
-        local = tuple(space.resources[r].local_index for r in ranks)
-        staged.append((nodes[0], ranks, local, space.resources[ranks[0]].group))
+        taken = [space.resources[r] for r in ranks]
+        groups = sorted({res.group for res in taken})
+        if len(groups) > 1:
+            raise ValueError(
+                f"process {rank} would take resources of node groups {groups} ({word} ranks {list(ranks)}; "
+                f"{space.kinds}); a process takes the resources of one node group"
+            )
+        staged.append((nodes[0], ranks, tuple(taken)))
     per_node: dict[int, int] = {}
     local_ranks: list[int] = []
     for node, *_ in staged:
         local_ranks.append(per_node.get(node, 0))
         per_node[node] = per_node.get(node, 0) + 1
     out: list[Placement] = []
-    for rank, ((node, ranks, local, group), local_rank) in enumerate(zip(staged, local_ranks, strict=True)):
+    for rank, ((node, assigned, held), local_rank) in enumerate(zip(staged, local_ranks, strict=True)):
+        first = held[0]
+        local = tuple(res.local_index for res in held)
         # Hardware/node placements see every accelerator of their node (as in RLinf).
-        accels = local if space.kind == "accelerator" else tuple(range(view.accelerators_per_node(node)))
+        accels = local if first.kind == "accelerator" else tuple(range(view.accelerators_per_node(node)))
         out.append(
             Placement(
                 rank=rank,
@@ -293,11 +322,14 @@ def build_placements(
                 local_world_size=per_node[node],
                 local_accelerators=accels,
                 local_hardware_ranks=local,
-                resource_ranks=ranks,
-                resource_kind=space.kind,
-                node_group=group,
+                resource_ranks=assigned,
+                resource_kind=first.kind,
+                node_group=first.group,
                 accelerator_type=view.accelerator_type if view.accelerators_per_node(node) > 0 else "",
-                hardware_type=space.hardware_type if space.kind == "hardware" else None,
+                hardware_type=first.hardware_type,
+                hardware_configs=tuple(dict(res.config or {}) for res in held)
+                if first.kind == "hardware"
+                else (),
             )
         )
     return out
@@ -508,8 +540,10 @@ class NodePlacementStrategy(PlacementStrategy):
         for label in self._labels:
             group = _find_group(cluster, label)
             ranks = range(cluster.num_nodes) if group is None else group.node_ranks
-            nodes.extend(_Resource(n, 0, label) for n in ranks)
-        space = _ResourceSpace(kind="node", labels=self._labels, resources=tuple(nodes), hardware_type=None)
+            nodes.extend(_Resource(n, 0, label, "node") for n in ranks)
+        space = _ResourceSpace(
+            labels=self._labels, resources=tuple(nodes), words=("node",) * len(self._labels)
+        )
         try:
             return build_placements(cluster, space, self.resource_ranks_per_process(len(nodes)))
         except ValueError as e:

@@ -273,6 +273,7 @@ class Worker(CommMixin):
             kind="raised",
             method=method,
             details="".join(traceback.format_exception(exc)),
+            where=ctx.placement.hardware,
         )
         if self.__dict__.get("_rlinf_failure") is None:
             self.__dict__["_rlinf_failure"] = failure
