@@ -2,7 +2,8 @@
 
 Backends: ``rlinf_envs.gymnasium`` (``rlinf-envs[gymnasium]``; MuJoCo ids with ``rlinf-envs[mujoco]``),
 ``rlinf_envs.maniskill`` (``rlinf-envs[maniskill]``), ``rlinf_envs.libero`` (``rlinf-envs[libero]``) and
-``rlinf_envs.metaworld`` (``rlinf-envs[metaworld]``), chosen by ``make_vec_env`` from ``env_type``.
+``rlinf_envs.metaworld`` (``rlinf-envs[metaworld]``), chosen by ``make_vec_env`` from ``env_type``; and
+``rlinf_envs.realworld`` (no extra): robot arms reached over TCP, with a dummy Franka for tests.
 """
 
 from importlib.metadata import version as _version

@@ -9,8 +9,8 @@ from attrs import validators as v
 
 __all__ = ["ENV_TYPES", "EnvConfig", "VecEnvConfig", "VideoConfig"]
 
-ENV_TYPES = ("gymnasium", "maniskill", "libero", "metaworld")
-"""Simulator backends ``make_vec_env`` knows."""
+ENV_TYPES = ("gymnasium", "maniskill", "libero", "metaworld", "realworld")
+"""Backends ``make_vec_env`` knows (simulators, and ``realworld``: robot arms reached over TCP)."""
 
 
 def _positive_or_none(_inst: object, attr: attrs.Attribute[int | None], value: int | None) -> None:
@@ -66,13 +66,14 @@ class VideoConfig:
 class VecEnvConfig:
     """One set of vectorised environments (config ``env.train`` or ``env.eval``)."""
 
-    env_type: Literal["gymnasium", "maniskill", "libero", "metaworld"] = "gymnasium"
-    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill``, ``libero`` or
-    ``metaworld``."""
+    env_type: Literal["gymnasium", "maniskill", "libero", "metaworld", "realworld"] = "gymnasium"
+    """Simulator backend: ``gymnasium`` (any registered id, MuJoCo with the extra), ``maniskill``, ``libero``,
+    ``metaworld``, or ``realworld`` (robot arms reached over TCP; ``env_kwargs.is_dummy`` starts dummy robots)."""
     env_id: str = "CartPole-v1"
     """Task id, e.g. ``CartPole-v1``, ``HalfCheetah-v5``, ``PushCube-v1``; for LIBERO the task suite, e.g.
     ``libero_spatial``, ``libero_object``, ``libero_goal``, ``libero_10``, ``libero_90``, ``libero_130``;
-    Meta-World: ``MT1/<task>`` (e.g. ``MT1/reach-v3``), ``ML1/<task>`` (goal hidden), ``MT10``, ``MT25``, ``MT50``."""
+    Meta-World: ``MT1/<task>`` (e.g. ``MT1/reach-v3``), ``ML1/<task>`` (goal hidden), ``MT10``, ``MT25``, ``MT50``;
+    realworld: ``FrankaPegInsertion-v1``."""
     total_num_envs: int = attrs.field(default=8, validator=v.ge(1))
     """Environments over all env ranks and pipeline stages."""
     group_size: int = attrs.field(default=1, validator=v.ge(1))
@@ -89,12 +90,14 @@ class VecEnvConfig:
     """Base seed: env ``i`` of the whole set resets with ``seed + i // group_size``."""
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     """Extra keyword arguments for the simulator's ``make`` (LIBERO: for its ``ControlEnv``; Meta-World: for the
-    task class)."""
+    task class; realworld: the robots' settings, ``is_dummy``, ``safety_limits``, ``action_scale``, ... see
+    docs/realworld.md)."""
     obs_mode: str = "state"
     """What the envs observe: ``state`` (one float32 vector) or a camera mode giving a dict of images and robot
     vectors (ManiSkill: ``rgb``, ``depth``, ``rgbd``, each optionally ``+state`` for the privileged state beside
     them; LIBERO: ``rgb``, the third-person and wrist cameras and the proprioception; Meta-World: ``rgb``, a
-    camera image and the hand position; the backends list theirs)."""
+    camera image and the hand position; realworld: ``rgb``, a camera image and the 19-D robot state; the backends
+    list theirs)."""
     image_size: tuple[int, int] | None = attrs.field(default=None, validator=_image_size)
     """Camera modes: ``[height, width]`` of the rendered images (``null``: the backend's default; LIBERO 128x128)."""
     frame_stack: int = attrs.field(default=1, validator=v.ge(1))
@@ -110,7 +113,7 @@ class VecEnvConfig:
     """ManiSkill and Meta-World reward (Meta-World: ``dense`` in [0, 10], ``normalized_dense`` = dense / 10,
     ``sparse`` = 1 on success)."""
     ignore_terminations: bool = False
-    """ManiSkill, LIBERO, Meta-World: episodes end only at the time limit (success does not end them)."""
+    """ManiSkill, LIBERO, Meta-World, realworld: episodes end only at the time limit (success does not end them)."""
     vector_mode: Literal["sync", "async"] = "sync"
     """ManiSkill CPU, LIBERO, Meta-World: ``sync`` (in the env worker) or ``async`` (one process per env)."""
     # LIBERO options (ignored by the other backends).

