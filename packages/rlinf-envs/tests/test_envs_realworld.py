@@ -577,3 +577,21 @@ def test_env_config_problems_name_the_key_and_allowed_values() -> None:
     bad_kwargs = VecEnvConfig(env_type="realworld", env_id=ENV_ID, env_kwargs={"reward": {"type": "shaped"}})
     (kwargs_problem,) = env_config_problems(EnvConfig(train=good, eval=bad_kwargs))
     assert kwargs_problem == "env.eval.env_kwargs.reward.type must be one of dense, sparse; got 'shaped'"
+
+
+def test_robot_errors_survive_pickling() -> None:
+    """Ray sends a worker's exception to the driver by pickling it: the robot errors must rebuild as they were."""
+    import pickle
+
+    from rlinf_envs.realworld import RobotUnreachable, SafetyViolation
+
+    lost = RobotUnreachable("Franka unit 0", ("127.0.0.1", 5555), "move", 5.0, "connection lost")
+    again = pickle.loads(pickle.dumps(lost))
+    assert (str(again), again.robot, again.address, again.request) == (
+        str(lost),
+        "Franka unit 0",
+        ("127.0.0.1", 5555),
+        "move",
+    )
+    refused = SafetyViolation("Franka unit 0", "workspace z", 0.9, "[0, 0.5] m")
+    assert str(pickle.loads(pickle.dumps(refused))) == str(refused)

@@ -39,12 +39,22 @@ def cluster(ray_instance: None) -> Iterator[Cluster]:
         yield c
 
 
+class _NeedsTwoArguments(Exception):
+    """An exception Ray cannot rebuild on the caller's side (``__init__`` takes more than ``args``)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(f"{message} (code {code})")
+
+
 class Victim(Worker):
     def pid(self) -> int:
         return os.getpid()
 
     def explode(self, message: str) -> None:
         raise ValueError(message)
+
+    def explode_unpicklable(self, message: str) -> None:
+        raise _NeedsTwoArguments(message, 7)
 
     def exit_process(self, code: int) -> None:
         os._exit(code)
@@ -119,6 +129,18 @@ def test_raise_in_the_waited_call_reports_that_rank(cluster: Cluster) -> None:
     assert time.monotonic() - start < FAILURE_BUDGET_S
     assert cluster.failure is not None and cluster.failure.rank == 1
     _assert_torn_down(cluster, "direct:0", "direct:1")
+
+
+def test_an_exception_that_cannot_be_unpickled_still_reports_the_failure(cluster: Cluster) -> None:
+    """The caller gets WorkerFailedError with the worker's exception type, message and traceback, not Ray's
+    "failed to deserialize exception"."""
+    group = Victim.create_group().launch(cluster, NodePlacementStrategy([0]), name="unpicklable")
+    group.wait_ready(timeout=60)
+    with pytest.raises(WorkerFailedError) as info:
+        group.explode_unpicklable("robot lost").wait(timeout=60)
+    text = str(info.value)
+    assert "unpicklable:0 raised in explode_unpicklable()" in text, text
+    assert "_NeedsTwoArguments: robot lost (code 7)" in text and "Traceback" in text, text
 
 
 @pytest.mark.parametrize(

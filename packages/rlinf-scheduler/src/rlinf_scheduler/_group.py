@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import pickle
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
@@ -194,6 +196,9 @@ def _recording_wrapper(fn: Any, name: str) -> Any:
         except BaseException as exc:
             if depth == 0:
                 self._rlinf_record_failure(name, exc)
+                portable = _portable(exc)
+                if portable is not None:
+                    raise portable from None
             raise
         finally:
             _leave_call(depth)
@@ -201,6 +206,21 @@ def _recording_wrapper(fn: Any, name: str) -> Any:
     # functools.wraps copies a coroutine marker set by inspect.markcoroutinefunction; Ray must see a plain function.
     method.__dict__.pop("_is_coroutine_marker", None)
     return method
+
+
+def _portable(exc: BaseException) -> RuntimeError | None:
+    """``None`` if ``exc`` survives pickling (Ray hands it to the caller as is), else a stand-in that does.
+
+    The stand-in is a ``RuntimeError`` with the type, message and traceback, so that the caller sees the worker's
+    failure instead of Ray's "failed to deserialize exception" (an exception class whose ``__init__`` takes other
+    arguments than ``args`` cannot be rebuilt).
+    """
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return None
+    except Exception:
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        return RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}\n{text}")
 
 
 def _method_name(method: str | Callable[..., Any]) -> str:

@@ -144,6 +144,9 @@ class SafetyViolation(ValueError):
         )
         self.robot, self.limit, self.value, self.allowed = robot, limit, value, allowed
 
+    def __reduce__(self) -> tuple[type[SafetyViolation], tuple[str, str, float, str]]:
+        return (type(self), (self.robot, self.limit, self.value, self.allowed))
+
 
 class EmergencyStopped(RuntimeError):
     """The robot's emergency stop is latched: it refuses every motion until ``clear_estop``."""
@@ -171,6 +174,10 @@ class RobotUnreachable(ConnectionError):
             f"{robot} at {host}:{port} did not answer the {request!r} request within {timeout_s:g} s: {reason}"
         )
         self.robot, self.address, self.request, self.timeout_s = robot, address, request, timeout_s
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[RobotUnreachable], tuple[str, tuple[str, int], str, float, str]]:
+        return (type(self), (self.robot, self.address, self.request, self.timeout_s, self.reason))
 
 
 # -- safety limits -------------------------------------------------------------------------------------------
