@@ -261,3 +261,28 @@ def test_config_reference_renders_markdown_tables() -> None:
         config_reference(RefRoot, ["bogus"])
     with pytest.raises(TypeError, match="needs an attrs class"):
         config_reference(int)
+
+
+def _ranks(value: object) -> tuple[int, ...]:
+    """A field converter that also takes a range text (``"0-2"``) or a single int."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str) and "-" in value:
+        lo, hi = value.split("-")
+        return tuple(range(int(lo), int(hi) + 1))
+    if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    raise ValueError(f"node_ranks: expected an int, a range 'a-b' or a list of ints, got {value!r}")
+
+
+@attrs.frozen
+class _WithConverter:
+    node_ranks: tuple[int, ...] = attrs.field(converter=_ranks)
+
+
+def test_a_field_converter_accepts_the_shapes_its_type_does_not_spell_out() -> None:
+    assert structure_config(_WithConverter, {"node_ranks": [0, 1]}).node_ranks == (0, 1)
+    assert structure_config(_WithConverter, {"node_ranks": "0-2"}).node_ranks == (0, 1, 2)
+    assert structure_config(_WithConverter, {"node_ranks": 3}).node_ranks == (3,)
+    with pytest.raises(ConfigError, match=r"node_ranks: node_ranks: expected an int, a range 'a-b'.*got 'x'"):
+        structure_config(_WithConverter, {"node_ranks": "x"})

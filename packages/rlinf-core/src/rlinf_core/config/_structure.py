@@ -197,6 +197,20 @@ def _structure_mapping(args: tuple[Any, ...], value: Any, path: str, problems: l
     return out
 
 
+def _convert(field: attrs.Attribute[Any], value: Any, path: str, problems: list[str]) -> Any:
+    converter = field.converter
+    if not callable(converter):  # an attrs Converter object wraps the callable
+        converter = getattr(converter, "converter", None)
+    if converter is None:
+        problems.append(f"{path}: {_describe(value)} is not accepted")
+        return _MISSING
+    try:
+        return converter(value)
+    except (ValueError, TypeError) as e:
+        problems.append(f"{path}: {e}")
+        return _MISSING
+
+
 def _structure_attrs(cls: type, value: Any, path: str, problems: list[str]) -> Any:
     where = path or "<root>"
     if value is None:
@@ -223,6 +237,11 @@ def _structure_attrs(cls: type, value: Any, path: str, problems: list[str]) -> A
             continue
         n_before = len(problems)
         sub = _structure(hints.get(name, Any), value[name], _join(path, name), problems)
+        if (len(problems) > n_before or sub is _MISSING) and field.converter is not None:
+            # The field's converter also accepts the YAML shapes the type does not spell out (RLinf's
+            # ``node_ranks: 0-3`` or ``hardware: {type, configs}``); its own error is the precise one.
+            del problems[n_before:]
+            sub = _convert(field, value[name], _join(path, name), problems)
         if len(problems) > n_before or sub is _MISSING:
             continue
         if field.validator is not None:
