@@ -35,6 +35,7 @@ def test_every_issue_config_exists() -> None:
         "libero_spatial_ppo_cnn",
         "libero_spatial_ppo_pi0_tiny",
         "libero_spatial_ppo_openpi_pi05",
+        "realworld_dummy_franka_sac_cnn",
     }
     assert expected <= set(CONFIGS)
 
@@ -242,3 +243,45 @@ def test_a_checkpoint_check_ignores_where_the_initial_weights_came_from(
     app.check_checkpoint(app.load_config(path), checkpoint)  # no model_path now: same shapes
     with pytest.raises(ConfigError, match=r"actor\.model: the checkpoint"):
         app.check_checkpoint(app.load_config(path, ["actor.model.hidden_sizes=[8]"]), checkpoint)
+
+
+def test_realworld_env_placement_is_checked_at_load(app: EmbodiedApp) -> None:
+    """A realworld env drives one robot per env from the robots' node group; mistakes are named before Ray."""
+    config = APP_DIR / "config" / "realworld_dummy_franka_sac_cnn.yaml"
+    # Real robots (no dummy) with the env on the simulated slot: no robot node group to drive.
+    with pytest.raises(ConfigError) as err:
+        app.load_config(
+            config,
+            [
+                'cluster.component_placement={"actor,env,rollout": 0}',
+                "env.train.env_kwargs.is_dummy=false",
+                "env.eval.env_kwargs.is_dummy=false",
+            ],
+        )
+    text = str(err.value)
+    assert "env.train.env_type 'realworld' drives robots" in text and "env.eval.env_type" in text, text
+    assert "cluster.node_groups[].hardware" in text, text
+    # Two envs for the one Franka the env worker holds.
+    with pytest.raises(
+        ConfigError, match=r"env\.train\.total_num_envs \(2\) must give each env rank one env per robot"
+    ):
+        app.load_config(config, ["env.train.total_num_envs=2"])
+    # Dummies without a robot node group are fine: each env starts its own dummy robot.
+    app.load_config(config, ['cluster.component_placement={"actor,env,rollout": 0}'])
+    # RLinf's node-group shape loads as written: node_ranks as an int or a range text, hardware: {type, configs}.
+    cfg = app.load_config(
+        config,
+        [
+            "cluster.node_groups=[{label: franka, node_ranks: '0-0', hardware: {type: Franka, configs: [{node_rank: 0, robot_ip: 10.0.0.2}]}}]"
+        ],
+    )
+    (group,) = cfg.cluster.node_groups
+    assert (group.node_ranks, group.hardware_type, group.hardware_configs[0]["robot_ip"]) == (
+        (0,),
+        "Franka",
+        "10.0.0.2",
+    )
+    with pytest.raises(ConfigError, match=r"cluster\.node_groups: .*unknown hardware key\(s\) \['ip'\]"):
+        app.load_config(
+            config, ["cluster.node_groups=[{label: franka, node_ranks: 0, hardware: {type: Franka, ip: 1}}]"]
+        )

@@ -119,7 +119,11 @@ class EnvWorker(Worker):
         self.n_train = split_envs(cfg.train, self.world_size, self.stages, "env.train")
         self.n_eval = split_envs(cfg.eval, self.world_size, self.stages, "env.eval")
         self._train = [
-            _Stage(make_vec_env(cfg.train, self.n_train), self._seed(cfg.train, s, self.n_train), self.chunks)
+            _Stage(
+                make_vec_env(cfg.train, self.n_train, hardware=self._hardware(cfg.train, s, self.n_train)),
+                self._seed(cfg.train, s, self.n_train),
+                self.chunks,
+            )
             for s in range(self.stages)
         ]
         self._eval: list[VecEnv] | None = None
@@ -130,6 +134,15 @@ class EnvWorker(Worker):
         # Global index of this (stage, rank) slice's first env, counted in groups (env i: seed + i // group).
         first = stage * n * self.world_size + self.rank * n
         return split.seed + first // split.group_size
+
+    def _hardware(self, split: VecEnvConfig, stage: int, n: int) -> tuple[dict[str, Any], ...]:
+        """The robots the ``n`` envs of pipeline stage ``stage`` drive (none for simulators).
+
+        This worker's hardware units in order, ``n`` per stage, from its node group's ``hardware.configs``.
+        """
+        if split.env_type != "realworld":
+            return ()
+        return self.placement.hardware_configs[stage * n : (stage + 1) * n]
 
     def _peers(self, n: int) -> list[tuple[int, int, int]]:
         return peer_slices(n * self.world_size, self.rank, self.world_size, self.rollout_world_size)
@@ -207,7 +220,10 @@ class EnvWorker(Worker):
         """
         cfg = self.cfg.eval
         if self._eval is None:
-            self._eval = [make_vec_env(cfg, self.n_eval) for _ in range(self.stages)]
+            self._eval = [
+                make_vec_env(cfg, self.n_eval, hardware=self._hardware(cfg, s, self.n_eval))
+                for s in range(self.stages)
+            ]
         peers = self._peers(self.n_eval)
         stats = EpisodeStats()
         files: list[str] = []

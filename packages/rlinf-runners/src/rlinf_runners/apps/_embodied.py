@@ -112,6 +112,50 @@ def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> li
     return problems
 
 
+def _realworld_problems(cfg: EmbodiedConfig) -> list[str]:
+    """A ``realworld`` env drives one robot per env: the env workers sit on the robots' node group.
+
+    The env processes must each hold ``total_num_envs / env ranks`` hardware units of a node group with
+    ``hardware`` (RLinf's real-world placement: ``env: {node_group: franka, placement: 0}``), unless every env
+    gets a dummy robot (``env_kwargs.is_dummy: true`` and no robot node group).
+    """
+    splits = [
+        (n, s)
+        for n, s in (("env.train", cfg.env.train), ("env.eval", cfg.env.eval))
+        if s.env_type == "realworld"
+    ]
+    if not splits:
+        return []
+    try:
+        env = resolve_placement(
+            cfg.cluster,
+            num_nodes=cfg.cluster.num_nodes,
+            accelerators_per_node=cfg.cluster.simulated_accelerators_per_node,
+        )["env"]
+    except (KeyError, ValueError):
+        return []  # the placement check reports it
+    robots = sum(len(p.hardware_configs) for p in env)
+    problems: list[str] = []
+    if robots == 0:
+        for name, split in splits:
+            if not split.env_kwargs.get("is_dummy"):
+                problems.append(
+                    f"{name}.env_type 'realworld' drives robots, but cluster.component_placement puts env on no "
+                    "node group with hardware: place it on the robots' node group (env: {node_group: <label>, "
+                    f"placement: ...}} with cluster.node_groups[].hardware), or set {name}.env_kwargs.is_dummy: true"
+                )
+        return problems
+    for name, split in splits:
+        share = split.total_num_envs // len(env)
+        held = [len(p.hardware_configs) for p in env]
+        if split.total_num_envs != robots or any(h != share for h in held):
+            problems.append(
+                f"{name}.total_num_envs ({split.total_num_envs}) must give each env rank one env per robot it "
+                f"drives: the env ranks hold {held} robot(s) ({'; '.join(p.hardware for p in env)})"
+            )
+    return problems
+
+
 class EmbodiedApp(App[EmbodiedConfig]):
     """Embodied RL: a policy in simulators through actor, rollout and env worker groups."""
 
@@ -156,7 +200,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         Raises:
             ConfigError: listing every problem with its dotted path.
         """
-        problems = env_config_problems(cfg.env) + self._model_path_problems(cfg)
+        problems = env_config_problems(cfg.env) + self._model_path_problems(cfg) + _realworld_problems(cfg)
         if not problems and cfg.actor.model.model_type == "flow":
             problems += _flow_problems(cfg)
         try:
