@@ -285,3 +285,8 @@ def test_realworld_env_placement_is_checked_at_load(app: EmbodiedApp) -> None:
         app.load_config(
             config, ["cluster.node_groups=[{label: franka, node_ranks: 0, hardware: {type: Franka, ip: 1}}]"]
         )
+
+
+def test_dynamic_scaling_is_refused_by_the_embodied_app(app: EmbodiedApp) -> None:
+    with pytest.raises(ConfigError, match=r"runner\.dynamic_scaling: only the reasoning and agent apps"):
+        app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", ["runner.dynamic_scaling=true"])

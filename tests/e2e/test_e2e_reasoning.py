@@ -247,3 +247,41 @@ def test_one_step_plus_resume_is_bit_identical_to_two_straight_steps(
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in keep][-2:]
 
     assert step2(split) == step2(straight) and len(step2(straight)) == 2  # train and eval records of step 2
+
+
+def test_dynamic_scaling_grows_the_actor_and_learns_the_same(
+    app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path
+) -> None:
+    """The disaggregated run with ``runner.dynamic_scaling``: the actor trains on both slots (its own and the
+    rollout's) and the update is the static run's, up to the order of floating-point sums."""
+    import torch
+
+    records = {}
+    for mode in ("static", "dynamic"):
+        overrides = [
+            *tiny_overrides(tiny["model"], tiny["data"], tmp_path / mode),
+            "runner.val_check_interval=-1",
+            "data.eval_path=null",
+            f"runner.dynamic_scaling={mode == 'dynamic'}",
+        ]
+        cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_disaggregated.yaml", overrides)
+        sizes = app.world_sizes(cfg)
+        assert sizes is not None and sizes["actor"] == (2 if mode == "dynamic" else 1)
+        assert run_app(app, cfg, cluster=cluster).global_step == 2
+        records[mode] = [r for r in read_metrics(tmp_path / mode) if "train/actor/policy_loss" in r]
+    static, dynamic = records["static"], records["dynamic"]
+    assert all(r["scaling/actor_ranks"] == 2 for r in dynamic) and all(
+        "scaling/grow_s" not in r for r in static
+    )
+    # The first step trains on identical rollouts: the same loss and gradient, summed in another order.
+    for key in ("train/actor/policy_loss", "train/actor/grad_norm", "train/actor/entropy"):
+        assert dynamic[0][key] == pytest.approx(static[0][key], rel=1e-4, abs=1e-6), key
+    assert dynamic[0]["rollout/reward_mean"] == static[0]["rollout/reward_mean"]
+    a = torch.load(
+        tmp_path / "static" / "checkpoints" / "global_step_1" / "actor" / "model.pt", weights_only=True
+    )
+    b = torch.load(
+        tmp_path / "dynamic" / "checkpoints" / "global_step_1" / "actor" / "model.pt", weights_only=True
+    )
+    assert a.keys() == b.keys()
+    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) < 1e-5

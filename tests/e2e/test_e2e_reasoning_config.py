@@ -184,3 +184,23 @@ def test_prepare_data_writes_loadable_files(tmp_path: Path) -> None:
     assert len(sft) == 10
     row = json.loads((tmp_path / "eval.jsonl").read_text().splitlines()[0])
     assert set(row) == {"prompt", "answer", "expression"}
+
+
+def test_dynamic_scaling_needs_a_disaggregated_placement(app: ReasoningApp) -> None:
+    """``runner.dynamic_scaling`` adds one actor rank per rollout device; a collocated run has none to take."""
+    cfg = app.load_config(
+        APP_DIR / "config" / "grpo_smollm2_disaggregated.yaml", ["runner.dynamic_scaling=true"]
+    )
+    assert app.world_sizes(cfg) == {"actor": 2, "rollout": 1, "reward": 1}
+    with pytest.raises(
+        ConfigError, match=r"runner\.dynamic_scaling .*needs a disaggregated placement.*collocated"
+    ):
+        app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml", ["runner.dynamic_scaling=true"])
+    # The grown actor splits the batch over both ranks: the batch checks count them.
+    with pytest.raises(
+        ConfigError, match=r"actor\.global_batch_size \(8\) must be a multiple of .*actor ranks \(2\)"
+    ):
+        app.load_config(
+            APP_DIR / "config" / "grpo_smollm2_disaggregated.yaml",
+            ["runner.dynamic_scaling=true", "actor.global_batch_size=8", "actor.micro_batch_size=8"],
+        )

@@ -46,6 +46,22 @@ class FakeGroup:
         handler = self.handlers.get(method)
         return _Done([handler(r, *args) if handler else None for r in range(self.world_size)])
 
+    def execute_on(self, *ranks: int) -> _Subset:
+        return _Subset(self, ranks)
+
+
+class _Subset:
+    """``group.execute_on(...)``: logged as ``name[ranks].method``."""
+
+    def __init__(self, group: FakeGroup, ranks: tuple[int, ...]) -> None:
+        self.group, self.ranks = group, ranks
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Done:
+        assert fn.__module__ == "rlinf_core.protocols._roles", f"runners call role methods, not {fn!r}"
+        self.group.log.append(f"{self.group.name}{list(self.ranks)}.{fn.__name__}")
+        handler = self.group.handlers.get(fn.__name__)
+        return _Done([handler(r, *args) if handler else None for r in self.ranks])
+
 
 class FakeEncoder:
     """Prompt ids = the numbers in the question (one token each), plus a marker token 1."""
@@ -442,3 +458,51 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
             sampling={},
             sft=SFTConfig(steps=1),
         )
+
+
+def test_dynamic_scaling_grows_the_actor_after_generation_and_shrinks_it_before(tmp_path: Path) -> None:
+    """Elastic actor rank 1 (on the rollout's device): the rollout releases the device after generating, rank 1
+    loads onto it and trains with rank 0, then gives it back before the rollout reloads and generates again."""
+    world = World()
+    world.actor.world_size = 2
+    runner = _runner(tmp_path, world, max_epochs=2, val_check_interval=-1)
+    runner.elastic_actor_ranks = (1,)
+    runner.run()
+    log = [e for e in world.log if not e.startswith(("reward.", "actor.save", "rollout.save"))]
+    step = [
+        "rollout.generate",
+        "rollout.offload",  # the rollout releases its device ...
+        "actor[1].onload",  # ... and the elastic rank takes it
+        "actor.run_training",  # both ranks train
+        "actor[1].offload",  # the device goes back
+    ]
+    sync = ["rollout.onload", "actor.sync_model_to_rollout", "rollout.sync_model_from_actor"]
+    assert log == [*sync, *step, *sync, *step], log
+    train = [r for r in read_metrics(tmp_path) if "train/actor/policy_loss" in r]
+    assert all(
+        r["scaling/actor_ranks"] == 2 and r["scaling/grow_s"] >= 0 and r["scaling/shrink_s"] >= 0
+        for r in train
+    )
+
+
+def test_elastic_ranks_are_checked(tmp_path: Path) -> None:
+    world = World()
+    world.actor.world_size = 2
+    config = RunnerConfig(progress_bar=False, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=()))
+    kwargs: dict[str, Any] = {
+        "actor": world.actor,
+        "rollout": world.rollout,
+        "reward": world.reward,
+        "algorithm": AlgorithmConfig(adv_type="grpo", loss_type="actor", group_size=4),
+        "data": DataConfig(train_path="x", rollout_batch_size=2, max_prompt_length=8),
+        "encoder": FakeEncoder(),
+        "train_data": _dataset(4),
+        "sampling": {"temperature": 1.0},
+    }
+    for bad in ([0], [2], [1, 1]):
+        with pytest.raises(
+            ValueError, match=r"elastic_actor_ranks .*expected distinct actor ranks in 1\.\.1"
+        ):
+            ReasoningRunner(config, elastic_actor_ranks=bad, **kwargs)
+    with pytest.raises(ValueError, match="no collocated offload"):
+        ReasoningRunner(config, elastic_actor_ranks=[1], offload=True, **kwargs)

@@ -356,7 +356,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
         metrics["adv/mean"] = float(valid.mean()) if valid.size else math.nan
         metrics["adv/std"] = float(valid.std()) if valid.size else math.nan
         metrics["adv/trained_tokens"] = float(valid.size)
-        self._phase(self.actor, OffloadRole.onload)
+        metrics.update(self.begin_training())
         train_batch = {
             k: batch[k]
             for k in ("input_ids", "attention_mask", "loss_mask", "advantages", "rollout_logprobs", "rewards")
@@ -364,7 +364,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
         metrics.update(
             prefixed(mean_over_ranks(self._actor_all(LLMActor.run_training, train_batch)), "train")
         )
-        self._phase(self.actor, OffloadRole.offload)
+        metrics.update(self.end_training())
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics

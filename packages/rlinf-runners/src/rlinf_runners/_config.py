@@ -63,6 +63,13 @@ class RunnerConfig:
     """Record the run's timeline: every worker's and the driver's phases go to ``<log_path>/trace.json``
     (Chrome trace event format: open it in https://ui.perfetto.dev or ``chrome://tracing``) and each step's
     busy / wait / idle seconds per group to the metrics (``profile/<group>/*``)."""
+    dynamic_scaling: bool = False
+    """Reasoning and agent runs with a disaggregated placement: the actor's data-parallel world grows onto the
+    rollout's devices once a step's generation is done and shrinks back before the next one. The actor group gets
+    one more rank per rollout device (its *elastic* ranks); the rollout releases its devices after generating
+    (``offload``: vLLM / SGLang sleep), the elastic ranks bring their shard of the model and optimizer state onto
+    them (``onload``) and train with the others, then give the devices back (``offload``) before the rollout
+    reloads. Step time drops by the share of the training the extra ranks take; the update is the same."""
     logger: LoggerConfig = attrs.field(factory=LoggerConfig)
 
     @max_checkpoints_to_keep.validator

@@ -92,6 +92,7 @@ class LLMRunner(Runner, Generic[RolloutT]):
         offload: bool = False,
         batch_multiple: int = 1,
         refresh_reference: bool = False,
+        elastic_actor_ranks: Sequence[int] = (),
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
     ) -> None:
@@ -107,6 +108,14 @@ class LLMRunner(Runner, Generic[RolloutT]):
             raise ValueError("sft.steps > 0 needs SFT demonstrations (data.sft_path)")
         if batch_multiple < 1:
             raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+        elastic = tuple(elastic_actor_ranks)
+        if elastic and (
+            offload or len(set(elastic)) != len(elastic) or not all(0 < r < actor.world_size for r in elastic)
+        ):
+            raise ValueError(
+                f"elastic_actor_ranks {list(elastic)}: expected distinct actor ranks in 1..{actor.world_size - 1} "
+                "(rank 0 stays on the actor's own devices) and no collocated offload"
+            )
         super().__init__(cfg, run_config=run_config, on_step=on_step)
         self.actor = actor
         self.rollout = rollout
@@ -128,6 +137,7 @@ class LLMRunner(Runner, Generic[RolloutT]):
         self.offload = offload
         self.batch_multiple = batch_multiple
         self.refresh_reference = refresh_reference
+        self.elastic_actor_ranks = elastic
         self.sft_done = self.sft.steps == 0
         self.sampler = PromptSampler(len(train_data), seed=data.seed, shuffle=data.shuffle)
         self.sft_sampler = (
@@ -192,7 +202,10 @@ class LLMRunner(Runner, Generic[RolloutT]):
 
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned broadcast)."""
-        self._phase(self.rollout, OffloadRole.onload)
+        if self.elastic_actor_ranks:
+            self.wait(self.rollout.call(OffloadRole.onload))  # the elastic actor ranks gave the devices back
+        else:
+            self._phase(self.rollout, OffloadRole.onload)
         send = self.actor.call(LLMActor.sync_model_to_rollout, self.rollout.name)
         recv = self.rollout.call(LLMRollout.sync_model_from_actor, self.actor.name)
         self.wait(send)
@@ -239,6 +252,33 @@ class LLMRunner(Runner, Generic[RolloutT]):
         if self.offload:
             self.wait(group.call(method))
 
+    def begin_training(self) -> dict[str, float]:
+        """Give the devices to the actor before it trains; returns ``scaling/*`` timings (dynamic scaling).
+
+        Collocated runs onload the actor (``offload``). With elastic actor ranks (``runner.dynamic_scaling``) the
+        actor's world grows onto the rollout's devices: the rollout releases them, then the elastic ranks load
+        their shard of the model and optimizer state onto them.
+        """
+        if not self.elastic_actor_ranks:
+            self._phase(self.actor, OffloadRole.onload)
+            return {}
+        t0 = time.perf_counter()
+        self.wait(self.rollout.call(OffloadRole.offload))
+        self.wait(self.actor.execute_on(*self.elastic_actor_ranks).call(OffloadRole.onload))
+        return {
+            "scaling/grow_s": time.perf_counter() - t0,
+            "scaling/actor_ranks": float(self.actor.world_size),
+        }
+
+    def end_training(self) -> dict[str, float]:
+        """Undo :meth:`begin_training` once the actor is done: the elastic ranks give the rollout's devices back."""
+        if not self.elastic_actor_ranks:
+            self._phase(self.actor, OffloadRole.offload)
+            return {}
+        t0 = time.perf_counter()
+        self.wait(self.actor.execute_on(*self.elastic_actor_ranks).call(OffloadRole.offload))
+        return {"scaling/shrink_s": time.perf_counter() - t0}
+
     def _actor_all(self, method: Callable[[LLMActor, Mapping[str, Any]], R], batch: Batch) -> list[R]:
         """Send the whole ``batch`` to every actor rank (each trains on its share)."""
         return self.wait(self.actor.call(method, self.to_batch(batch)))
@@ -253,6 +293,8 @@ class LLMRunner(Runner, Generic[RolloutT]):
             if self.cfg.progress_bar
             else None
         )
+        if self.elastic_actor_ranks:
+            self.begin_training()  # the warm-up trains on the grown world too
         try:
             for k in range(self.sft.steps):
                 t0 = time.perf_counter()
@@ -268,6 +310,8 @@ class LLMRunner(Runner, Generic[RolloutT]):
         finally:
             if bar is not None:
                 bar.close()
+        if self.elastic_actor_ranks:
+            self.end_training()
         if self.refresh_reference:
             self.wait(self.actor.call(LLMActor.update_reference_model))
         self.sft_done = True

@@ -353,7 +353,7 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             metrics["time/train_s"] = 0.0
             return metrics
         batch = self.build_batch(rollouts)
-        self._phase(self.actor, OffloadRole.onload)
+        metrics.update(self.begin_training())
         extra: Mapping[str, Any] = {}
         if self._needs_logprobs():
             extra = self._actor_all(LLMActor.compute_logprobs, batch)[0]
@@ -367,7 +367,7 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         metrics.update(
             prefixed(mean_over_ranks(self._actor_all(LLMActor.run_training, train_batch)), "train")
         )
-        self._phase(self.actor, OffloadRole.offload)
+        metrics.update(self.end_training())
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics

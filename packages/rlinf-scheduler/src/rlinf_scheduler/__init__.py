@@ -14,7 +14,7 @@ from ._component_placement import (
 )
 from ._config import ClusterConfig, NodeEnvConfig, NodeGroupConfig
 from ._errors import SchedulerTimeoutError, WorkerFailedError, WorkerFailure
-from ._group import GroupCall, GroupLauncher, RoleCall, RoleGroup, WorkerGroup
+from ._group import GroupCall, GroupLauncher, RoleCall, RoleGroup, RoleSubset, WorkerGroup
 from ._placement import (
     ClusterView,
     FlexiblePlacementStrategy,
@@ -74,6 +74,7 @@ __all__ = [
     "ProcessTrace",
     "RoleCall",
     "RoleGroup",
+    "RoleSubset",
     "SchedulerTimeoutError",
     "Span",
     "StaticClusterView",

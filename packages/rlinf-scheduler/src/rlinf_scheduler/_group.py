@@ -241,6 +241,16 @@ class RoleCall(Protocol[R]):
     def done(self) -> bool: ...
 
 
+class RoleSubset(Protocol[W_co]):
+    """Some ranks of a role group (``group.execute_on(...)``): calls run on those ranks only."""
+
+    def call(
+        self, method: Callable[Concatenate[W_co, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> RoleCall[R]:
+        """Run ``method(*args, **kwargs)`` on the selected ranks (results in the order given)."""
+        ...
+
+
 class RoleGroup(Protocol[W_co]):
     """A group whose workers play role ``W_co`` (a Protocol of worker methods); ``WorkerGroup`` fits.
 
@@ -265,6 +275,10 @@ class RoleGroup(Protocol[W_co]):
         self, method: Callable[Concatenate[W_co, P], R], *args: P.args, **kwargs: P.kwargs
     ) -> RoleCall[R]:
         """Run ``method(*args, **kwargs)`` on every rank."""
+        ...
+
+    def execute_on(self, *ranks: int) -> RoleSubset[W_co]:
+        """Restrict the next call to ``ranks``."""
         ...
 
 

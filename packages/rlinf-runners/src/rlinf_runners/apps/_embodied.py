@@ -112,6 +112,16 @@ def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> li
     return problems
 
 
+def _runner_problems(cfg: EmbodiedConfig) -> list[str]:
+    """Runner switches the embodied runners do not implement."""
+    if cfg.runner.dynamic_scaling:
+        return [
+            "runner.dynamic_scaling: only the reasoning and agent apps grow the actor onto the rollout's "
+            "devices; set it to false"
+        ]
+    return []
+
+
 def _realworld_problems(cfg: EmbodiedConfig) -> list[str]:
     """A ``realworld`` env drives one robot per env: the env workers sit on the robots' node group.
 
@@ -201,6 +211,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
             ConfigError: listing every problem with its dotted path.
         """
         problems = env_config_problems(cfg.env) + self._model_path_problems(cfg) + _realworld_problems(cfg)
+        problems += _runner_problems(cfg)
         if not problems and cfg.actor.model.model_type == "flow":
             problems += _flow_problems(cfg)
         try:

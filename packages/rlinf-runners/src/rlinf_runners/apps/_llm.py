@@ -28,7 +28,9 @@ from rlinf_scheduler import (
     Cluster,
     ClusterConfig,
     ClusterView,
+    FlexiblePlacementStrategy,
     ModelParallelComponentPlacement,
+    PlacementStrategy,
     StaticClusterView,
     Worker,
 )
@@ -113,7 +115,10 @@ class LLMApp(App[L], abc.ABC):
         if view is None:
             return None
         placement = ModelParallelComponentPlacement(cfg.cluster, view)
-        return {c: placement.get_world_size(c) for c in self.components}
+        sizes = {c: placement.get_world_size(c) for c in self.components}
+        if cfg.runner.dynamic_scaling and not _scaling_problems(cfg, placement):
+            sizes["actor"] += len(placement.get_hardware_ranks("rollout"))  # the elastic ranks
+        return sizes
 
     @abc.abstractmethod
     def section_problems(self, cfg: L) -> list[str]:
@@ -179,6 +184,11 @@ class LLMApp(App[L], abc.ABC):
             ws = world_sizes or self.world_sizes(cfg)
         except ValueError as e:
             raise ConfigError([str(e), *problems], "cluster.component_placement") from None
+        if cfg.runner.dynamic_scaling and cfg.cluster.simulated_accelerators_per_node > 0:
+            view = StaticClusterView(
+                num_nodes=cfg.cluster.num_nodes, accelerators=cfg.cluster.simulated_accelerators_per_node
+            )
+            problems += _scaling_problems(cfg, ModelParallelComponentPlacement(cfg.cluster, view))
         problems += self._batch_problems(cfg, ws)
         if problems:
             raise ConfigError(problems, f"the {self.name} config")
@@ -216,13 +226,19 @@ class LLMApp(App[L], abc.ABC):
         """
         classes = dict(worker_classes or {})
         placement = ModelParallelComponentPlacement(cfg.cluster, cluster)
-        self.check(cfg, {c: placement.get_world_size(c) for c in self.components})
+        actor_strategy = placement.get_strategy("actor")
+        if cfg.runner.dynamic_scaling:
+            problems = _scaling_problems(cfg, placement)
+            if problems:
+                raise ConfigError(problems, f"the {self.name} config")
+            actor_strategy = _grown_actor_strategy(placement)
+        self.check(cfg, self.world_sizes(cfg, cluster))
         actor = (
             (classes.get("actor") or actor_worker_class(cfg.actor))
             .create_group(
                 cfg.actor, cfg.algorithm, total_steps=cfg.runner.total_steps, **actor_worker_kwargs(cfg.actor)
             )
-            .launch(cluster, placement.get_strategy("actor"), name="actor")
+            .launch(cluster, actor_strategy, name="actor")
         )
         rollout_cls, args, kwargs = self.rollout_group(cfg)
         rollout = (
@@ -258,8 +274,12 @@ class LLMApp(App[L], abc.ABC):
             use_chat_template=cfg.data.use_chat_template,
         )
         sampling: dict[str, Any] = unstructure_config(cfg.rollout.sampling)
-        collocated = ModelParallelComponentPlacement(cfg.cluster, cluster).is_collocated
+        placement = ModelParallelComponentPlacement(cfg.cluster, cluster)
+        collocated = placement.is_collocated
         actor_ranks = int(groups["actor"].world_size)
+        # Dynamic scaling: the ranks past the actor's own devices are the elastic ones (on the rollout's devices).
+        own = len(placement.get_hardware_ranks("actor"))
+        elastic = list(range(own, actor_ranks)) if cfg.runner.dynamic_scaling else []
 
         def to_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
             return {k: torch.from_numpy(v) for k, v in batch.items()}
@@ -281,6 +301,7 @@ class LLMApp(App[L], abc.ABC):
             # Offloading frees the devices for the other component; with disjoint slots there is none.
             "offload": collocated and (cfg.actor.enable_offload or cfg.rollout.enable_offload),
             "batch_multiple": cfg.actor.micro_batch_size * actor_data_parallel_size(cfg.actor, actor_ranks),
+            "elastic_actor_ranks": elastic,
             "run_config": unstructure_config(cfg),
         }
 
@@ -293,3 +314,44 @@ def _data_parallel_ranks(actor: LLMActorConfig, ws: Mapping[str, int] | None) ->
         return actor_data_parallel_size(actor, ws["actor"])
     except ValueError:  # reported by training_backend_problems
         return None
+
+
+def _scaling_problems(cfg: _LLMRootConfig, placement: ModelParallelComponentPlacement) -> list[str]:
+    """Why ``runner.dynamic_scaling`` cannot grow the actor onto the rollout's devices (empty: it can)."""
+    if not cfg.runner.dynamic_scaling:
+        return []
+    problems: list[str] = []
+    if not placement.is_disaggregated:
+        problems.append(
+            "runner.dynamic_scaling grows the actor onto the rollout's devices, which needs a disaggregated "
+            f"placement (actor and rollout on disjoint devices); this placement is {placement.placement_mode.value}"
+        )
+    if placement.has_dedicated_inference:
+        problems.append(
+            "runner.dynamic_scaling: a run with a separate actor_inference component is not supported"
+        )
+    if placement.get_node_group("actor") != placement.get_node_group("rollout"):
+        problems.append(
+            "runner.dynamic_scaling: actor and rollout must be placed in the same node group(s), got "
+            f"{list(placement.get_node_group('actor'))} and {list(placement.get_node_group('rollout'))}"
+        )
+    if placement.get_placements("actor")[0].accelerator_type not in ("cpu", ""):
+        # On real devices the elastic ranks must park their state in host memory while the rollout generates,
+        # and the rollout must be able to release its memory (vLLM / SGLang sleep mode).
+        if cfg.actor.training_backend == "fsdp" and not cfg.actor.enable_offload:
+            problems.append(
+                "runner.dynamic_scaling on accelerators needs actor.enable_offload: true (the elastic FSDP2 ranks "
+                "keep their shards and optimizer state in host memory between uses)"
+            )
+        if not cfg.rollout.enable_offload:
+            problems.append(
+                "runner.dynamic_scaling on accelerators needs rollout.enable_offload: true (the rollout releases "
+                "its devices to the actor after generating)"
+            )
+    return problems
+
+
+def _grown_actor_strategy(placement: ModelParallelComponentPlacement) -> PlacementStrategy:
+    """The actor's processes on its own devices, then one elastic process per rollout device (rank order)."""
+    devices = placement.get_hardware_ranks("actor") + placement.get_hardware_ranks("rollout")
+    return FlexiblePlacementStrategy([[d] for d in devices], node_group=placement.get_node_group("actor"))
