@@ -10,23 +10,55 @@ and ``=true`` (the actor grows onto the rollout's slot after each generation), a
 
 Reports per mode: the mean step time over steps 2..N (step 1 also warms up the channels), its generation and
 training parts, the whole run's wall time from process start, and the learning curves side by side (policy
-loss, entropy, gradient norm, rollout reward per step) with their largest difference. Extra ``key=value``
-arguments go to train.py. Writes ``<out>/dynamic_scaling.json``; prints it.
+loss, entropy, gradient norm, rollout reward per step) with their largest difference. Also the machine's own
+ceiling for the gain: the matmul throughput of two single-threaded processes running at once against one
+(``cpu_scaling``; 2.0 on two real cores). Extra ``key=value`` arguments go to train.py. Writes
+``<out>/dynamic_scaling.json``; prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ("train/actor/policy_loss", "train/actor/entropy", "train/actor/grad_norm", "rollout/reward_mean")
+
+
+def _matmuls(queue: Any) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(40):
+        a @ b
+    queue.put(time.perf_counter() - start)
+
+
+def cpu_scaling() -> float:
+    """Matmul throughput of two single-threaded processes at once, in units of one process alone."""
+    ctx = multiprocessing.get_context("spawn")
+    rates = []
+    for n in (1, 2):
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_matmuls, args=(queue,)) for _ in range(n)]
+        for proc in procs:
+            proc.start()
+        seconds = [queue.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join()
+        rates.append(n / max(seconds))
+    return rates[1] / rates[0]
 
 
 def run_once(out: Path, dynamic: bool, steps: int, overrides: list[str], timeout: float) -> dict[str, object]:
@@ -76,6 +108,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=3600.0)
     args, overrides = parser.parse_known_args(argv)
+    scaling = cpu_scaling()
+    print(
+        f"two single-threaded processes at once: {scaling:.2f}x the matmul throughput of one", file=sys.stderr
+    )
     runs: dict[str, list[dict[str, object]]] = {"static": [], "dynamic": []}
     for round_ in range(args.rounds):
         for mode in ("static", "dynamic") if round_ % 2 == 0 else ("dynamic", "static"):
@@ -100,6 +136,7 @@ def main(argv: list[str]) -> int:
         }
         for mode in runs
     }
+    summary["cpu_scaling"] = scaling
     summary["step_ratio"] = mean_of("dynamic", "step_s") / mean_of("static", "step_s")
     summary["wall_ratio"] = mean_of("dynamic", "wall_s") / mean_of("static", "wall_s")
     first_static, first_dynamic = runs["static"][0]["curves"], runs["dynamic"][0]["curves"]
