@@ -13,6 +13,7 @@ import numpy as np
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, NpObs, ObsSpec
 
 from .._process import libero_gl_env
+from .._seeds import env_seeds
 from .._vector import VECTOR_MODES, SubEnvs
 from ._slot import RESERVED_ENV_KWARGS, RGB_STATE_DIM, LiberoSlot, SlotConfig
 from ._suites import SUITES, LiberoTask, init_states, suite_tasks
@@ -258,13 +259,7 @@ class LiberoVecEnv:
             ``[N, state_dim]`` float32, or for ``rgb`` a dict of ``[N, ...]`` arrays.
         """
         self._check_open()
-        n_groups = self.num_envs // self.group_size
-        group_seeds = (
-            [seed + g for g in range(n_groups)]
-            if seed is not None
-            else [int(s) for s in np.random.default_rng().integers(0, 2**31 - 1, n_groups)]
-        )
-        seeds = [group_seeds[i // self.group_size] for i in range(self.num_envs)]
+        seeds = env_seeds(seed, self.num_envs, self.group_size)
         self._seed_rngs = [np.random.default_rng(s) for s in seeds]
         if self.init_state_sampling == "sequential":
             pairs = self._pool[[s % len(self._pool) for s in seeds]]

@@ -24,6 +24,7 @@ except ImportError as e:  # pragma: no cover - exercised by the extra-missing te
 
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, ObsSpec, obs_zeros
 
+from .._seeds import env_seeds
 from .._vector import VECTOR_MODES, SubEnvs
 from ._obs import _as_obs, _batch_obs, _box, _camera_obs, _copy_obs, _set_rows, _to_numpy
 from ._vulkan import ensure_vulkan
@@ -527,13 +528,7 @@ class ManiSkillVecEnv:
             ``[N, obs_dim]`` float32 initial observations (a dict of ``[N, ...]`` arrays in camera modes).
         """
         self._check_open()
-        n_groups = self.num_envs // self.group_size
-        group_seeds = (
-            [seed + g for g in range(n_groups)]
-            if seed is not None
-            else [int(s) for s in np.random.default_rng().integers(0, 2**31 - 1, n_groups)]
-        )
-        seeds: list[int | None] = [group_seeds[i // self.group_size] for i in range(self.num_envs)]
+        seeds: list[int | None] = list(env_seeds(seed, self.num_envs, self.group_size))
         # Later episodes of env i are seeded from a generator seeded with its reset seed: reproducible runs,
         # and group members keep sharing their sequence of initial states (as in GymnasiumVecEnv).
         self._seed_rngs = [np.random.default_rng(s) for s in seeds]

@@ -23,6 +23,7 @@ except ImportError as e:  # pragma: no cover - exercised by the extra-missing te
 
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, NpObs, ObsSpec
 
+from .._seeds import env_seeds
 from ._render import CameraRenderer
 
 __all__ = [
@@ -560,13 +561,7 @@ class MetaWorldVecEnv:
             ``[N, 39]`` float32 states, or the ``rgb``/``state`` dict of ``obs_mode="rgb"``.
         """
         self._check_open()
-        n_groups = self.num_envs // self.group_size
-        group_seeds = (
-            [seed + g for g in range(n_groups)]
-            if seed is not None
-            else [int(s) for s in np.random.default_rng().integers(0, 2**31 - 1, n_groups)]
-        )
-        seeds: list[int | None] = [group_seeds[i // self.group_size] for i in range(self.num_envs)]
+        seeds: list[int | None] = list(env_seeds(seed, self.num_envs, self.group_size))
         self._obs = self._reset_vec(seeds, None)
         self._task[:] = [
             task_and_variation(int(s or 0), len(self.task_names), NUM_VARIATIONS)[0] for s in seeds

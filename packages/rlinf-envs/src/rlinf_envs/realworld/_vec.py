@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats, NpObs, ObsSpec
 
+from .._seeds import env_seeds
 from ._client import RobotClient
 from ._geometry import euler_to_quat, quat_mul, rotation_angle
 from ._launch import DummyServer, start_dummy_servers
@@ -316,13 +317,7 @@ class RealWorldVecEnv:
             ``[N, 19]`` float32 states, or the ``rgb``/``state`` dict of ``obs_mode="rgb"``.
         """
         self._check_open()
-        n_groups = self.num_envs // self.group_size
-        group_seeds = (
-            [seed + g for g in range(n_groups)]
-            if seed is not None
-            else [int(s) for s in np.random.default_rng().integers(0, 2**31 - 1, n_groups)]
-        )
-        self._rngs = [np.random.default_rng(group_seeds[i // self.group_size]) for i in range(self.num_envs)]
+        self._rngs = [np.random.default_rng(s) for s in env_seeds(seed, self.num_envs, self.group_size)]
         states = {i: self._reset_robot(i, jitter=True) for i in range(self.num_envs)}
         self._obs = self._observe(states)
         self._ret[:] = 0.0
