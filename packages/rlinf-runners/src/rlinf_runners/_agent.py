@@ -148,6 +148,8 @@ class AgentRunner(LLMRunner[AgentRollout]):
             ``micro_batch_size`` x world size); the episodes cut are the last ones.
         to_batch: converts numpy batches into what the actor takes.
         offload: offload/onload between phases.
+        elastic_actor_ranks: the actor ranks on the rollout's devices (``runner.dynamic_scaling``): grown onto
+            them for each update, shrunk back before the next generation.
         run_config: the resolved configuration (W&B / SwanLab).
         on_step: called with ``(global_step, record)`` after each logged record.
     """
@@ -175,6 +177,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
         batch_multiple: int = 1,
         to_batch: Callable[[Batch], Any] | None = None,
         offload: bool = False,
+        elastic_actor_ranks: Sequence[int] = (),
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
     ) -> None:
@@ -195,6 +198,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
             to_batch=to_batch,
             offload=offload,
             batch_multiple=batch_multiple,
+            elastic_actor_ranks=elastic_actor_ranks,
             run_config=run_config,
             on_step=on_step,
         )

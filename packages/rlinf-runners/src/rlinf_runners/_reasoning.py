@@ -94,6 +94,8 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         sft_data: demonstrations (rows with a ``solution``) for the warm-up.
         to_batch: converts a dict of numpy arrays into what the actor takes (default: unchanged).
         offload: call ``offload()``/``onload()`` on the actor and rollout between phases (collocated runs).
+        elastic_actor_ranks: the actor ranks on the rollout's devices (``runner.dynamic_scaling``): the rollout
+            releases its devices to them after generating, they train with the others, then give them back.
         batch_multiple: the training batch's sequence count must be a multiple of this (the actor's
             ``micro_batch_size x ranks``); when dynamic sampling keeps fewer groups, whole groups are dropped.
         refresh_reference: after the SFT warm-up, call ``actor.update_reference_model()`` so the KL penalty
