@@ -339,3 +339,11 @@ def test_effective_cores_come_from_runs_where_ranks_shared_a_node() -> None:
     # two env processes got 0.87 of a core each: the node gave them 1.74 cores
     assert effective_cores([run((0, 1), 0.99), run((0, 2), 0.87)]) == pytest.approx(1.74)
     assert effective_cores([run((0, 2), 1.5)]) == 2.0  # never more than the node has
+
+
+def test_cli_refuses_dynamic_scaling_before_profiling(capsys: pytest.CaptureFixture[str]) -> None:
+    """Auto-placement searches static placements; a config that scales dynamically is refused with the fix."""
+    path = APPS / "reasoning" / "config" / "grpo_smollm2_disaggregated.yaml"
+    argv = [str(path), "--nodes", "1", "--accelerators-per-node", "2", "runner.dynamic_scaling=true"]
+    assert main(argv) == 2
+    assert "set runner.dynamic_scaling=false" in capsys.readouterr().err

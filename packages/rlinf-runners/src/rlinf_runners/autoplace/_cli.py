@@ -294,6 +294,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.load_config(args.config, args.overrides)  # a bad config fails here, before any profiling
         if app.name == "embodied" and app.load_config(args.config, args.overrides).runner.mode != "sync":
             raise ValueError("auto-placement models the synchronous runner: set runner.mode=sync")
+        if app.load_config(args.config, args.overrides).runner.dynamic_scaling:
+            raise ValueError(
+                "auto-placement models static placements: set runner.dynamic_scaling=false (dynamic scaling "
+                "then applies to a disaggregated placement it prints)"
+            )
         machine = Machine(
             args.nodes,
             args.accelerators_per_node,
