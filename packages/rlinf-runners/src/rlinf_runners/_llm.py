@@ -202,10 +202,8 @@ class LLMRunner(Runner, Generic[RolloutT]):
 
     def sync_weights(self) -> None:
         """Send the actor's weights to every rollout rank (versioned broadcast)."""
-        if self.elastic_actor_ranks:
-            self.wait(self.rollout.call(OffloadRole.onload))  # the elastic actor ranks gave the devices back
-        else:
-            self._phase(self.rollout, OffloadRole.onload)
+        if self.offload or self.elastic_actor_ranks:  # the actor (or its elastic ranks) gave the devices back
+            self.wait(self.rollout.call(OffloadRole.onload))
         send = self.actor.call(LLMActor.sync_model_to_rollout, self.rollout.name)
         recv = self.rollout.call(LLMRollout.sync_model_from_actor, self.actor.name)
         self.wait(send)

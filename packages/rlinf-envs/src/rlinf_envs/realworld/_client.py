@@ -104,18 +104,18 @@ class RobotClient:
             self._sock.settimeout(self.timeout_s)
             send_message(self._sock, {"op": op, "id": request_id, **fields}, payload_out)
             header, payload = recv_message(self._sock, deadline)
-        except TimeoutError as e:
+        except (TimeoutError, EOFError, ValueError, OSError) as e:
+            # TimeoutError is an OSError: the specific causes are tested first.
             self._drop()
-            raise self._unreachable(op, f"no reply ({e})") from e
-        except EOFError as e:
-            self._drop()
-            raise self._unreachable(op, f"connection lost ({e})") from e
-        except ValueError as e:
-            self._drop()
-            raise self._unreachable(op, f"malformed reply ({e})") from e
-        except OSError as e:
-            self._drop()
-            raise self._unreachable(op, f"{type(e).__name__}: {e}") from e
+            if isinstance(e, TimeoutError):
+                reason = f"no reply ({e})"
+            elif isinstance(e, EOFError):
+                reason = f"connection lost ({e})"
+            elif isinstance(e, ValueError):
+                reason = f"malformed reply ({e})"
+            else:
+                reason = f"{type(e).__name__}: {e}"
+            raise self._unreachable(op, reason) from e
         if header.get("id") != request_id:
             self._drop()
             raise self._unreachable(op, f"reply to request {header.get('id')!r} instead of {request_id}")
