@@ -65,7 +65,9 @@ def _vlm_config() -> SmolVLMConfig:
 class _Processor:
     """What SmolVLA reads from the VLM's processor: the two image token ids (unused unless add_image_special_tokens)."""
 
-    tokenizer = SimpleNamespace(fake_image_token_id=TEXT["vocab_size"] - 2, global_image_token_id=TEXT["vocab_size"] - 1)
+    tokenizer = SimpleNamespace(
+        fake_image_token_id=TEXT["vocab_size"] - 2, global_image_token_id=TEXT["vocab_size"] - 1
+    )
 
 
 def main(root: Path) -> None:
@@ -143,7 +145,9 @@ def _write(out: Path, *, num_expert_layers: int, self_attn_every_n_layers: int) 
     )
 
     raw = torch.rand(2, 3, 20, 28, generator=g)  # non-square: resized to 32 x 22, padded on the top
-    prepared, _ = policy.prepare_images({"observation.images.base": raw, "observation.images.wrist": raw.flip(-1)})
+    prepared, _ = policy.prepare_images(
+        {"observation.images.base": raw, "observation.images.wrist": raw.flip(-1)}
+    )
     save_file({"raw": raw, "base": prepared[0], "wrist": prepared[1]}, str(out / "images.safetensors"))
 
     gs = torch.Generator().manual_seed(2)
@@ -153,7 +157,10 @@ def _write(out: Path, *, num_expert_layers: int, self_attn_every_n_layers: int) 
     }
     normalizer = NormalizerProcessorStep(
         features={**config.input_features, **config.output_features},
-        norm_map={FeatureType.STATE: NormalizationMode.MEAN_STD, FeatureType.ACTION: NormalizationMode.MEAN_STD},
+        norm_map={
+            FeatureType.STATE: NormalizationMode.MEAN_STD,
+            FeatureType.ACTION: NormalizationMode.MEAN_STD,
+        },
         stats=stats,
     )
     save_file(
