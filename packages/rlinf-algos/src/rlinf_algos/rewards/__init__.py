@@ -3,9 +3,11 @@
 ``rlinf_algos.rewards`` imports without optional dependencies. The math reward lives in
 `rlinf_algos.rewards.math` and needs the ``rlinf-algos[math]`` extra (math-verify); it is also reachable as
 ``get_reward_class("math")``, which imports it on first use. The process pool that bounds each
-verification in time lives next to the reward worker, in rlinf-core.
+verification in time lives next to the reward worker, in rlinf-core. The code reward (`CodeReward`,
+``"code"``) runs the response's program against its tests in `run_sandboxed` (standard library only, Linux).
 """
 
+from ._code import CodeReward, CodeScore, extract_code
 from ._extract import extract_final_answer, extract_reference_answer
 from ._reward_registry import (
     RewardRegistry,
@@ -14,14 +16,21 @@ from ._reward_registry import (
     register_reward,
     reward_registry,
 )
+from ._sandbox import SandboxLimits, SandboxResult, TestResult, run_sandboxed
 from ._searchr1 import SearchR1Reward, normalize_answer, searchr1_score
 from ._verifier import AnswerVerifier, SampleReferences
 
 __all__ = [
     "AnswerVerifier",
+    "CodeReward",
+    "CodeScore",
     "RewardRegistry",
     "SampleReferences",
+    "SandboxLimits",
+    "SandboxResult",
     "SearchR1Reward",
+    "TestResult",
+    "extract_code",
     "extract_final_answer",
     "extract_reference_answer",
     "get_reward_class",
@@ -29,5 +38,6 @@ __all__ = [
     "normalize_answer",
     "register_reward",
     "reward_registry",
+    "run_sandboxed",
     "searchr1_score",
 ]

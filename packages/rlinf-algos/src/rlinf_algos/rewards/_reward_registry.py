@@ -1,7 +1,8 @@
 """The reward registry: name → rule-based reward class (RLinf ``rewards/__init__.py``).
 
 Built-ins are ``"math"`` (`rlinf_algos.rewards.math.MathReward`, needs the ``rlinf-algos[math]`` extra and
-is imported on first lookup) and ``"searchr1"`` (`SearchR1Reward`). Lookups are case-insensitive, a taken
+is imported on first lookup), ``"searchr1"`` (`SearchR1Reward`) and ``"code"`` (`CodeReward`, sandboxed
+execution of the response's program against its tests). Lookups are case-insensitive, a taken
 name cannot be re-registered with another class, and a miss lists the valid names.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
 from .._registry import Registry
+from ._code import CodeReward
 from ._searchr1 import SearchR1Reward
 
 __all__ = [
@@ -64,9 +66,10 @@ reward_registry = RewardRegistry(
     {
         "math": cast(type[Any], _Lazy("rlinf_algos.rewards.math", "MathReward")),
         "searchr1": SearchR1Reward,
+        "code": CodeReward,
     },
 )
-"""The process-wide reward registry (built-ins: ``math``, ``searchr1``)."""
+"""The process-wide reward registry (built-ins: ``math``, ``searchr1``, ``code``)."""
 
 
 @overload
