@@ -12,7 +12,7 @@ from .._lora_config import LoraShape
 
 __all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
 
-VLA_MODEL_TYPES = ("pi0", "pi05")
+VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla")
 """``model_type`` values that load a vision-language-action checkpoint (``model_path``) as a flow policy."""
 
 
@@ -40,13 +40,15 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 class PolicyConfig(LoraShape):
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05"] = "mlp"
+    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla"] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
     ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
     ``flow``: the flow-matching policy over vectors (an MLP velocity field; docs/flow_policy.md), for
     continuous actions and on-policy losses. ``pi0`` / ``pi05``: the π0 / π0.5 vision-language-action model of
     the checkpoint directory ``model_path`` as a flow policy (docs/vla.md, "RL fine-tuning of π0/π0.5"); the
-    encoder, MLP and flow-architecture keys do not apply to it."""
+    encoder, MLP and flow-architecture keys do not apply to it. ``smolvla``: the same for a SmolVLA checkpoint
+    (docs/vla.md, "SmolVLA"); the ``pi0`` / ``pi05`` keys below apply to it, with SmolVLM2's tokenizer and
+    LeRobot's mean/std statistics file, and LoRA on the text model and the action expert."""
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""

@@ -14,6 +14,7 @@ from ._sac import SquashedGaussianPolicy
 
 if TYPE_CHECKING:
     from ..pi0 import Pi0Policy
+    from ..smolvla import SmolVLAPolicy
 
 __all__ = ["build_inference_policy", "build_policy"]
 
@@ -22,12 +23,17 @@ _DEFAULT_CONFIG = PolicyConfig()
 
 def build_policy(
     spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG
-) -> ActorCritic | FlowPolicy | Pi0Policy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy:
     """The on-policy policy of ``config`` for ``spec``.
 
     :class:`FlowPolicy` for ``model_type: flow``, :class:`~rlinf_models.pi0.Pi0Policy` for ``pi0`` / ``pi05``,
-    else ActorCritic.
+    :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``, else ActorCritic.
     """
+    if config.model_type == "smolvla":
+        # The one place that imports the SmolVLA backend (transformers, the [openpi] extra), only when chosen.
+        from ..smolvla import SmolVLAPolicy
+
+        return SmolVLAPolicy(spec, config)
     if config.is_vla:
         # The one place that imports the π0 backend (transformers, the [openpi] extra), only when chosen.
         from ..pi0 import Pi0Policy
@@ -40,7 +46,7 @@ def build_policy(
 
 def build_inference_policy(
     spec: EnvSpec, config: PolicyConfig
-) -> ActorCritic | FlowPolicy | Pi0Policy | SquashedGaussianPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy:
     """The policy the rollout runs for ``config``: the off-policy tanh-Gaussian one when ``add_q_head``.
 
     All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts
