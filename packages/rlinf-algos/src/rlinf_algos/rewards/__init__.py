@@ -17,10 +17,11 @@ from ._reward_registry import (
     reward_registry,
 )
 from ._sandbox import SandboxLimits, SandboxResult, TestResult, run_sandboxed
-from ._searchr1 import SearchR1Reward, normalize_answer, searchr1_score
+from ._searchr1 import SEARCHR1_METRICS, SearchR1Reward, answer_f1, normalize_answer, searchr1_score
 from ._verifier import AnswerVerifier, SampleReferences
 
 __all__ = [
+    "SEARCHR1_METRICS",
     "AnswerVerifier",
     "CodeReward",
     "CodeScore",
@@ -30,6 +31,7 @@ __all__ = [
     "SandboxResult",
     "SearchR1Reward",
     "TestResult",
+    "answer_f1",
     "extract_code",
     "extract_final_answer",
     "extract_reference_answer",
