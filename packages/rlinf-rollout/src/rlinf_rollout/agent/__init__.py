@@ -3,7 +3,8 @@
 The loop (:class:`AgentLoop`) drives any generation engine turn by turn for a batch of episodes; model tokens
 are trained (``loss_mask`` 1, rollout log-probs kept), tool outputs are not (``loss_mask`` 0).
 :class:`AgentRolloutWorker` runs it inside a rollout worker group (imported on first use: it needs torch,
-transformers and Ray).
+transformers and Ray). In ``tools.search_backend: service`` mode ``search`` is served by the ``retriever``
+worker group (:class:`RetrieverWorker`, a :class:`BM25Index`), reached through :class:`RetrieverClient`.
 """
 
 from typing import TYPE_CHECKING
@@ -11,7 +12,14 @@ from typing import TYPE_CHECKING
 from rlinf_core import lazy_exports
 
 from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, ChatTokenizer, build_system_prompt
-from ._config import TOOL_NAMES, ToolsConfig, build_toolbox
+from ._config import (
+    RETRIEVER_TYPES,
+    SEARCH_BACKENDS,
+    TOOL_NAMES,
+    RetrieverConfig,
+    ToolsConfig,
+    build_toolbox,
+)
 from ._loop import FINISH_REASONS, AgentEpisode, AgentLoop, AgentLoopConfig, AgentTurn, SupportsGenerate
 from ._parse import (
     ANSWER_CLOSE,
@@ -23,7 +31,9 @@ from ._parse import (
     format_tool_call,
     parse_turn,
 )
+from ._retrieval import BM25Index, RetrievalSearchTool, SearchBackend, format_passages, tokenize
 from ._tools import (
+    BatchTool,
     CalculatorTool,
     LocalSearchTool,
     Passage,
@@ -36,10 +46,14 @@ from ._tools import (
 )
 
 if TYPE_CHECKING:
+    from ._retriever import RetrieverClient, RetrieverWorker
     from ._worker import AgentRolloutWorker
 
-# The worker needs torch, transformers and Ray: loaded on first use only.
-__getattr__ = lazy_exports(__name__, {"AgentRolloutWorker": "._worker"})
+# The workers need Ray (and the rollout worker torch and transformers): loaded on first use only.
+__getattr__ = lazy_exports(
+    __name__,
+    {"AgentRolloutWorker": "._worker", "RetrieverClient": "._retriever", "RetrieverWorker": "._retriever"},
+)
 
 
 __all__ = [
@@ -47,6 +61,8 @@ __all__ = [
     "ANSWER_OPEN",
     "DEFAULT_AGENT_INSTRUCTIONS",
     "FINISH_REASONS",
+    "RETRIEVER_TYPES",
+    "SEARCH_BACKENDS",
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "TOOL_NAMES",
@@ -55,12 +71,19 @@ __all__ = [
     "AgentLoopConfig",
     "AgentRolloutWorker",
     "AgentTurn",
+    "BM25Index",
+    "BatchTool",
     "CalculatorTool",
     "ChatFormatter",
     "ChatTokenizer",
     "LocalSearchTool",
     "ParsedTurn",
     "Passage",
+    "RetrievalSearchTool",
+    "RetrieverClient",
+    "RetrieverConfig",
+    "RetrieverWorker",
+    "SearchBackend",
     "SupportsGenerate",
     "Tool",
     "ToolCall",
@@ -70,8 +93,10 @@ __all__ = [
     "build_system_prompt",
     "build_toolbox",
     "extract_answer",
+    "format_passages",
     "format_tool_call",
     "load_passages",
     "parse_turn",
     "safe_eval_arithmetic",
+    "tokenize",
 ]

@@ -15,7 +15,7 @@ import attrs
 from attrs import validators as v
 
 from ._chat import ChatFormatter
-from ._parse import TOOL_CALL_CLOSE, parse_turn
+from ._parse import TOOL_CALL_CLOSE, ParsedTurn, parse_turn
 from ._tools import Toolbox
 
 __all__ = [
@@ -216,7 +216,7 @@ class AgentLoop:
             for i in active:
                 budget = min(cfg.max_new_tokens_per_turn, cfg.max_total_tokens - len(episodes[i].token_ids))
                 by_budget.setdefault(budget, []).append(i)
-            still: list[int] = []
+            calling: list[tuple[int, ParsedTurn]] = []
             for budget, idx in by_budget.items():
                 outs = self.engine.generate(
                     [episodes[i].token_ids for i in idx], _with_limits(sampling, budget, cfg.stop)
@@ -224,13 +224,22 @@ class AgentLoop:
                 if len(outs) != len(idx):
                     raise RuntimeError(f"the engine returned {len(outs)} outputs for {len(idx)} prompts")
                 for i, out in zip(idx, outs, strict=True):
-                    if self._advance(episodes[i], out, budget):
-                        still.append(i)
+                    parsed = self._take_turn(episodes[i], out, budget)
+                    if parsed is not None:
+                        calling.append((i, parsed))
+            # Every episode's tool calls of this turn run together: a batch tool (the retriever) gets one request.
+            calls = [c for _, parsed in calling for c in parsed.tool_calls]
+            results = iter(self.toolbox.execute_many(calls))
+            still = [
+                i
+                for i, parsed in calling
+                if self._answer_tools(episodes[i], parsed, [next(results) for _ in parsed.tool_calls])
+            ]
             active = sorted(still)
         return episodes
 
-    def _advance(self, ep: AgentEpisode, out: Any, budget: int) -> bool:
-        """Append one generated turn (and its tool responses); returns whether the episode continues."""
+    def _take_turn(self, ep: AgentEpisode, out: Any, budget: int) -> ParsedTurn | None:
+        """Append one generated turn; returns its parse when it calls tools (else the episode ended: ``None``)."""
         cfg = self.cfg
         ids = [int(t) for t in _field(out, "token_ids")][:budget]
         lps = [float(x) for x in _field(out, "logprobs")][: len(ids)]
@@ -252,14 +261,21 @@ class AgentLoop:
         if parsed.answer is not None:
             ep.answer = parsed.answer
             ep.finish_reason = "answer"
-            return False
+            return None
         if not parsed.wants_tools:
             ep.finish_reason = "max_length" if finish == "length" else "no_answer"
-            return False
+            return None
+        return parsed
+
+    def _answer_tools(
+        self, ep: AgentEpisode, parsed: ParsedTurn, results: Sequence[tuple[str, bool]]
+    ) -> bool:
+        """Record the last turn's tool results and append them; returns whether the episode continues."""
+        cfg = self.cfg
+        turn = ep.turns[-1]
         responses = [f"Error: {e}" for e in parsed.errors]
         turn.num_errors = len(parsed.errors)
-        for call in parsed.tool_calls:
-            response, ok = self.toolbox.execute(call)
+        for call, (response, ok) in zip(parsed.tool_calls, results, strict=True):
             turn.tool_calls.append(call.to_dict())
             responses.append(response)
             turn.num_errors += 0 if ok else 1
@@ -268,6 +284,7 @@ class AgentLoop:
             ep.finish_reason = "max_turns"
             return False
         eos = self.formatter.eos_token_id
+        ids = ep.token_ids[turn.start : turn.end]
         tool_ids = self.formatter.tool_turn_ids(responses, model_ended_with_eos=bool(ids) and ids[-1] == eos)
         # The next turn needs room for at least one generated token.
         if len(ep.token_ids) + len(tool_ids) >= cfg.max_total_tokens:

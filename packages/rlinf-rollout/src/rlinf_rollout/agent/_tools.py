@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "BatchTool",
     "CalculatorTool",
     "LocalSearchTool",
     "Passage",
@@ -50,6 +51,19 @@ class Tool(Protocol):
 
     def call(self, arguments: Mapping[str, Any]) -> str:
         """Run the tool; raise :class:`ToolError` (or anything) on failure, the toolbox reports it."""
+        ...
+
+
+@runtime_checkable
+class BatchTool(Tool, Protocol):
+    """A tool that runs many calls with one request (e.g. one retrieval batch for every episode of a turn).
+
+    :meth:`Toolbox.execute_many` calls :meth:`call_batch` in the caller's thread, without the toolbox's
+    timeout: the tool bounds its own time (the retriever client waits at most ``tools.timeout_s``).
+    """
+
+    def call_batch(self, arguments: Sequence[Mapping[str, Any]]) -> list[str | ToolError]:
+        """One result per call: its text, or the :class:`ToolError` of that call; raise when all failed."""
         ...
 
 
@@ -445,10 +459,41 @@ class Toolbox:
             return f"Error: {e}", False
         except Exception as e:  # a tool bug must not end the episode: the model sees it
             return f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", False
-        text = str(out)
+        return self._cut(str(out)), True
+
+    def execute_many(self, calls: Sequence[ToolCall]) -> list[tuple[str, bool]]:
+        """Run several calls (e.g. those of every episode in a turn); results in the order of ``calls``.
+
+        The calls of a :class:`BatchTool` go to it as one :meth:`BatchTool.call_batch`; the others run one by
+        one as in :meth:`execute`. Never raises.
+        """
+        out: list[tuple[str, bool] | None] = [None] * len(calls)
+        batches: dict[str, list[int]] = {}
+        for i, call in enumerate(calls):
+            tool = self.tools.get(call.name)
+            if isinstance(tool, BatchTool) and _check_arguments(tool, call.arguments) is None:
+                batches.setdefault(call.name, []).append(i)
+            else:
+                out[i] = self.execute(call)
+        for name, idx in batches.items():
+            tool = self.tools[name]
+            assert isinstance(tool, BatchTool)
+            try:
+                results: Sequence[str | ToolError] = tool.call_batch([calls[i].arguments for i in idx])
+                if len(results) != len(idx):
+                    raise ToolError(f"tool {name!r} returned {len(results)} results for {len(idx)} calls")
+            except ToolError as e:
+                results = [e] * len(idx)
+            except Exception as e:  # a tool bug must not end the episodes: the model sees it
+                results = [ToolError(f"tool {name!r} failed: {type(e).__name__}: {e}")] * len(idx)
+            for i, r in zip(idx, results, strict=True):
+                out[i] = (f"Error: {r}", False) if isinstance(r, ToolError) else (self._cut(str(r)), True)
+        return [r for r in out if r is not None]
+
+    def _cut(self, text: str) -> str:
         if len(text) > self.max_response_chars:
-            text = text[: self.max_response_chars] + " ...[truncated]"
-        return text, True
+            return text[: self.max_response_chars] + " ...[truncated]"
+        return text
 
     def close(self) -> None:
         """Stop the worker threads (calls still running are abandoned)."""

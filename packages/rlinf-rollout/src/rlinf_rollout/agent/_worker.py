@@ -14,6 +14,7 @@ from ._chat import DEFAULT_AGENT_INSTRUCTIONS, ChatFormatter, ChatTokenizer, bui
 from ._config import ToolsConfig, build_toolbox
 from ._loop import AgentLoop, AgentLoopConfig
 from ._parse import parse_turn
+from ._retriever import RetrieverClient
 
 if TYPE_CHECKING:
     from rlinf_models.llm import LLMModelConfig
@@ -39,6 +40,8 @@ class AgentRolloutWorker(LLMRolloutWorker):
         tools: the tools.
         instructions: the system prompt's instructions (default :data:`DEFAULT_AGENT_INSTRUCTIONS`).
         base_dir: directory relative tool paths (the corpus) are resolved against.
+        retriever_group: the name of the retriever worker group serving ``search`` (``tools.search_backend:
+            service``); its ranks are looked up on the first search.
     """
 
     def __init__(
@@ -50,10 +53,24 @@ class AgentRolloutWorker(LLMRolloutWorker):
         *,
         instructions: str | None = None,
         base_dir: str | None = None,
+        retriever_group: str | None = None,
     ) -> None:
         super().__init__(cfg, model_cfg)
         self.tokenizer = load_tokenizer(model_cfg)
-        self.toolbox = build_toolbox(tools, base_dir=Path(base_dir) if base_dir else None)
+        retriever = None
+        if tools.search_backend == "service":
+            if retriever_group is None:
+                raise ValueError("tools.search_backend is 'service': the rollout needs 'retriever_group'")
+            group = retriever_group
+            retriever = RetrieverClient(
+                group,
+                namespace=self.namespace,
+                world_size=lambda: self.group_world_size(group),
+                timeout_s=tools.timeout_s,
+            )
+        self.toolbox = build_toolbox(
+            tools, base_dir=Path(base_dir) if base_dir else None, retriever=retriever
+        )
         # transformers annotates decode() as ``str | list[str]`` (batches); one id sequence decodes to a str.
         self.formatter = ChatFormatter(
             cast(ChatTokenizer, self.tokenizer),
@@ -159,7 +176,7 @@ class AgentRolloutWorker(LLMRolloutWorker):
                 parsed = parse_turn(str(text))
                 if not parsed.tool_calls:
                     raise ValueError(f"demonstration {n}, turn {k}: only the last turn may lack a tool call")
-                responses = [self.toolbox.execute(c)[0] for c in parsed.tool_calls]
+                responses = [text for text, _ in self.toolbox.execute_many(parsed.tool_calls)]
                 tool_ids = self.formatter.tool_turn_ids(responses)
                 ids += tool_ids
                 mask += [0] * len(tool_ids)
