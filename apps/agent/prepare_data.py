@@ -10,7 +10,8 @@ Two kinds of tasks, each answerable exactly only with a tool:
 Held-out tasks (``eval.jsonl``) ask about entities and numbers not seen in training, so success needs tool
 use, not memorisation. ``sft.jsonl`` holds demonstrations: the assistant turns as text in ``demo`` (a tool
 call, then ``<answer>...</answer>``); the tool responses are produced by the real tools when the SFT batch is
-built. Everything is deterministic in ``--seed``.
+built. ``searchr1_{train,eval,sft}.jsonl`` are the ``search`` rows of each split alone: question answering over
+the corpus for ``config/searchr1_smollm2.yaml``. Everything is deterministic in ``--seed``.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def _row(task: dict[str, Any], *, demo: bool) -> dict[str, Any]:
 def generate(
     out: Path, *, seed: int = 0, n_train: int = 400, n_eval: int = 64, n_sft: int = 64
 ) -> dict[str, int]:
-    """Write ``corpus.jsonl``, ``train.jsonl``, ``eval.jsonl`` and ``sft.jsonl`` into ``out``; returns row counts.
+    """Write ``corpus.jsonl``, ``train.jsonl``, ``eval.jsonl``, ``sft.jsonl`` and the ``searchr1_*`` (search-only)
+    subsets of the last three into ``out``; returns row counts.
 
     Half of each split is ``calc``, half ``search``. Search entities are split 75/25 between training (train and
     SFT rows) and evaluation; calc numbers are drawn from separate seeds (and eval questions seen in training
@@ -177,6 +179,10 @@ def generate(
         "eval.jsonl": [_row(t, demo=False) for t in evals],
         "sft.jsonl": [_row(t, demo=True) for t in sft],
     }
+    for split_name in ("train", "eval", "sft"):
+        files[f"searchr1_{split_name}.jsonl"] = [
+            r for r in files[f"{split_name}.jsonl"] if r["kind"] == "search"
+        ]
     for name, rows in files.items():
         tmp = out / f".{name}.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

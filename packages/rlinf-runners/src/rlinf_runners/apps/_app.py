@@ -153,24 +153,33 @@ class App(abc.ABC, Generic[C]):
         if problems:
             raise ConfigError(problems, "runner.resume_dir")
 
+    def extra_components(self, cfg: C) -> tuple[str, ...]:
+        """Components ``cfg`` needs placed besides :attr:`components` (none by default).
+
+        E.g. the agent app's ``retriever`` when its search runs as a service.
+        """
+        return ()
+
     def placed_components(self, cfg: C) -> set[str]:
         """The components ``cluster.component_placement`` names.
 
         Raises:
-            ValueError: when one of :attr:`components` is left out, or a name is not a component of the app.
+            ValueError: when one of :attr:`components` (or :meth:`extra_components`) is left out, or a name is
+                not a component of the app.
         """
+        required = (*self.components, *self.extra_components(cfg))
         placed = {c.strip() for key in cfg.cluster.component_placement for c in key.split(",")}
-        unknown = sorted(placed - set(self.components))
+        unknown = sorted(placed - set(required))
         if unknown:
             raise ValueError(
                 f"cluster.component_placement: unknown component(s) {unknown}; the {self.name} app places "
-                f"{', '.join(self.components)}"
+                f"{', '.join(required)}"
             )
-        missing = [c for c in self.components if c not in placed]
+        missing = [c for c in required if c not in placed]
         if missing:
             raise ValueError(
                 f"cluster.component_placement: no placement for {missing}; it places {sorted(placed)} "
-                f"(e.g. '{','.join(self.components)}: 0' for collocated)"
+                f"(e.g. '{','.join(required)}: 0' for collocated)"
             )
         return placed
 
