@@ -28,7 +28,7 @@ def answer_f1(prediction: str, golden_answers: str | Sequence[str]) -> float:
     """SQuAD token F1 of ``prediction``, the best over the accepted answers (both normalised first).
 
     Precision and recall count shared tokens with multiplicity (``Counter`` intersection), as the SQuAD v1.1
-    evaluation script and FlashRAG (Search-R1's evaluation toolkit) do. An empty side scores 0.
+    evaluation script does. An empty side scores 0.
 
     Example:
         >>> round(answer_f1("the Eiffel Tower in Paris", ["Eiffel Tower"]), 3)
@@ -97,8 +97,8 @@ def searchr1_score(
 class SearchR1Reward:
     """Rule-based reward of Search-R1 question answering (registered as ``"searchr1"``).
 
-    ``metric: em`` is Search-R1's and RLinf's reward; ``metric: f1`` (SQuAD token F1, a partial credit RLinf's
-    Search-R1 reward does not have) is what Search-R1 papers report next to EM.
+    ``metric: em`` is Search-R1's and RLinf's reward; ``metric: f1`` (SQuAD token F1) gives partial credit, which
+    RLinf's Search-R1 reward (EM and substring EM) does not have.
 
     RLinf reads ``reward_scale`` into this class but never applies it (see
     docs/algorithms.md#rlinf-compatibility); to keep RLinf's numbers there is no scale here: use ``score`` /
