@@ -394,3 +394,32 @@ def test_non_finite_loss_skips_the_optimizer_step(model_dir: Path) -> None:
     assert math.isnan(metrics["actor/grad_norm"]) and metrics["actor/skipped_steps"] == 1.0
     after = state(actor)
     assert all(torch.equal(before[k], after[k]) for k in before)  # the weights are untouched
+
+
+def test_streamed_micro_batches_make_run_trainings_update(model_dir: Path) -> None:
+    """run_training_stream (the pipelined mode) over run_training's own micro-batches, fed one at a time: the
+    same losses, KL to the reference, gradient norm and weights."""
+    batch = make_batch(seed=21)
+    alg = attrs.evolve(GRPO, kl_beta=0.05, kl_penalty="low_var_kl")
+    slow = OptimConfig(lr=1e-5, clip_grad=1.0)
+    whole = local_actor(actor_cfg(model_dir, optim=slow), alg)
+    stream = local_actor(actor_cfg(model_dir, optim=slow), alg)
+    # run_training draws one permutation from a generator seeded with actor.seed and cuts it into micro-batches
+    perm = torch.randperm(8, generator=torch.Generator().manual_seed(3))
+    micro = [{k: v[rows] for k, v in batch.items()} for rows in (perm[:4], perm[4:])]
+    mw = whole.run_training(batch)
+    ms = stream.backend.run_training_stream(iter(micro))
+    assert ms["actor/num_micro_batches"] == 2 and ms["actor/num_optimizer_steps"] == 1
+    for key in ("actor/grad_norm", "actor/policy_loss", "actor/entropy", "actor/kl_loss", "actor/approx_kl"):
+        assert ms[key] == pytest.approx(mw[key], rel=1e-5, abs=1e-7), key
+    sw, ss = state(whole), state(stream)
+    for key in sw:
+        torch.testing.assert_close(ss[key], sw[key], rtol=1e-5, atol=1e-7, msg=key)
+    assert stream.get_model_version() == 1
+    # an empty stream (every group filtered out) takes no step
+    empty = stream.backend.run_training_stream(iter([]))
+    assert empty["actor/num_optimizer_steps"] == 0 and "actor/policy_loss" not in empty
+    assert stream.get_model_version() == 1
+    two_epochs = local_actor(actor_cfg(model_dir), attrs.evolve(GRPO, update_epoch=2))
+    with pytest.raises(ValueError, match="update_epoch must be 1"):
+        two_epochs.backend.run_training_stream(iter(micro))

@@ -240,6 +240,15 @@ class LLMActor(ActorRole, OffloadRole, Protocol):
         """One RL update on this rank's share of ``batch``; returns its metrics."""
         ...
 
+    def run_training_stream(
+        self, channel: Channel, key: str, *, timeout: float | None = None
+    ) -> dict[str, float]:
+        """One RL update over micro-batches streamed through ``channel`` (the pipelined mode).
+
+        The rank reads key ``f"{key}/{rank}"`` until a ``None`` and trains on each item as it arrives.
+        """
+        ...
+
     def run_sft(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """One supervised update on this rank's share of ``batch``; returns ``loss`` and the like."""
         ...

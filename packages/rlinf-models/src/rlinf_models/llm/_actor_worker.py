@@ -18,13 +18,13 @@ The batch contract is in :mod:`rlinf_models.llm._fsdp_backend`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
 from rlinf_core.config import AlgorithmConfig
 from rlinf_core.protocols import send_weights
-from rlinf_scheduler import Worker, timed
+from rlinf_scheduler import Channel, Empty, Worker, timed
 
 from ._backend import LLMActorBackend
 from ._config import TRAINING_BACKENDS, LLMActorConfig
@@ -114,6 +114,47 @@ class LLMActorWorker(Worker):
     def run_training(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """PPO-style update over the batch (see the backend's ``run_training``); global ``actor/*`` metrics."""
         return self.backend.run_training(batch)
+
+    @timed(name="actor/run_training_stream")
+    def run_training_stream(
+        self, channel: Channel, key: str, *, timeout: float | None = None
+    ) -> dict[str, float]:
+        """One optimizer step over the micro-batches a producer puts on ``channel`` (the pipelined mode).
+
+        This rank reads key ``f"{key}/{rank}"`` until it gets ``None`` (the end of the step's stream) and trains
+        on each micro-batch as it arrives (see :meth:`FSDPActorBackend.run_training_stream`).
+
+        Args:
+            channel: the rollout → actor channel.
+            key: the step's key prefix (a fresh one per step, so that no item of another step is read).
+            timeout: seconds to wait for each item (``None``: forever).
+
+        Raises:
+            TimeoutError: when no micro-batch (and no end of stream) arrived within ``timeout``.
+            NotImplementedError: on a backend without streamed training (``megatron``).
+        """
+        backend = self.backend
+        if not isinstance(backend, FSDPActorBackend):
+            raise NotImplementedError(
+                f"the pipelined mode needs actor.training_backend: fsdp; {type(backend).__name__} trains whole "
+                "batches only (set runner.pipeline: false)"
+            )
+        queue_key = f"{key}/{self.rank}"
+
+        def items() -> Iterator[Mapping[str, Any]]:
+            while True:
+                try:
+                    item = channel.get(key=queue_key, timeout=timeout)
+                except Empty:
+                    raise TimeoutError(
+                        f"actor rank {self.rank}: no micro-batch on channel {channel.name!r} (key {queue_key!r}) "
+                        f"within {timeout} s: the pipelined rollout stopped producing"
+                    ) from None
+                if item is None:
+                    return
+                yield item
+
+        return backend.run_training_stream(items())
 
     @timed(name="actor/run_sft")
     def run_sft(self, batch: Mapping[str, Any]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -530,12 +530,7 @@ class FSDPActorBackend:
             ``actor/skipped_steps`` (total optimizer steps skipped for a non-finite gradient norm).
         """
         alg = self.algorithm
-        required: tuple[str, ...] = ("input_ids", "attention_mask", "loss_mask", "advantages")
-        if self.critic:
-            required = (*required, "returns")
-        if alg.importance_sampling_fix:
-            required = (*required, "rollout_logprobs")  # the weights compare the trainer to the rollout
-        b = self._batch(batch, required)
+        b = self._batch(batch, self._training_keys())
         n, world, mbs, gbs = (
             b["input_ids"].shape[0],
             self.world_size,
@@ -579,7 +574,84 @@ class FSDPActorBackend:
         )
         self.train_steps += 1
         self.version += 1
-        out = mean_over_ranks(metrics.means(), world, self._all_reduce_sum)
+        return self._update_metrics(metrics, lr, steps)
+
+    def run_training_stream(self, micro_batches: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+        """One on-policy optimizer step over micro-batches that arrive one at a time (the pipelined mode).
+
+        Each item is THIS rank's micro-batch (the :meth:`run_training` keys, ``[n, T]`` with its own ``T``);
+        every rank must receive the same number of items (FSDP2 runs one forward and backward per item on all
+        ranks together). Each micro-batch is scored and back-propagated as soon as it arrives, while the
+        producer is still generating the next ones: the reference log-probs of the KL term are computed per
+        micro-batch, the behaviour log-probs are the detached current ones (the update is a single optimizer
+        step). Every micro-batch's loss counts once; when the iterator ends, the summed gradient is divided by
+        the number of micro-batches, which is the gradient :meth:`run_training` accumulates over the same
+        micro-batches, then one clipped optimizer step is taken. Without any item there is no step.
+
+        Returns:
+            :meth:`run_training`'s metrics, plus ``actor/num_micro_batches``.
+
+        Raises:
+            ValueError: for ``algorithm.update_epoch`` other than 1, or a micro-batch missing a required key.
+        """
+        alg = self.algorithm
+        if alg.update_epoch != 1:
+            raise ValueError(
+                f"run_training_stream takes one optimizer step per call: algorithm.update_epoch must be 1, "
+                f"got {alg.update_epoch}"
+            )
+        required = self._training_keys()
+        self.onload()
+        lr = self._set_lr(sft=False)
+        metrics = MetricMeans()
+        self.optimizer.zero_grad(set_to_none=True)
+        count = 0
+        for item in micro_batches:
+            b = self._batch(item, required)
+            if self.algorithm.kl_beta > 0 and "ref_logprobs" not in b:
+                if self.ref_policy is None:
+                    raise RuntimeError("no reference model: set algorithm.kl_beta > 0")
+                sel = b["loss_mask"]
+                b["ref_logprobs"] = self._score(
+                    self.ref_policy, b["input_ids"], b["attention_mask"], values=False, score_mask=sel
+                )["logprobs"]
+            if self.critic and "prev_values" not in b:
+                b["prev_values"] = self._score(self.policy, b["input_ids"], b["attention_mask"], values=True)[
+                    "values"
+                ]
+            self.policy.train()
+            cols = _live_columns(b["attention_mask"])
+            loss, values = self._micro_loss(
+                {key: val[:, cols].to(self.device) for key, val in b.items()},
+                on_policy=True,
+                has_loss_tokens=bool(b["loss_mask"].any()),
+            )
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+            metrics.add(values, 1.0)
+            count += 1
+        if count:
+            for param in self.policy.parameters():
+                if param.grad is not None:
+                    param.grad.div_(count)
+            metrics.add({"actor/grad_norm": self._step()})
+            self.train_steps += 1
+            self.version += 1
+        out = self._update_metrics(metrics, lr, 1 if count else 0)
+        out["actor/num_micro_batches"] = float(count)
+        return out
+
+    def _training_keys(self) -> tuple[str, ...]:
+        """The batch keys an update reads: returns for a critic, rollout log-probs for the importance fix."""
+        required: tuple[str, ...] = ("input_ids", "attention_mask", "loss_mask", "advantages")
+        if self.critic:
+            required = (*required, "returns")
+        if self.algorithm.importance_sampling_fix:
+            required = (*required, "rollout_logprobs")  # the weights compare the trainer to the rollout
+        return required
+
+    def _update_metrics(self, metrics: MetricMeans, lr: float, steps: int) -> dict[str, float]:
+        """An update's global metrics (averaged over ranks); offloads afterwards when configured."""
+        out = mean_over_ranks(metrics.means(), self.world_size, self._all_reduce_sum) if metrics.sums else {}
         if metrics.totals:
             totals = metrics.total_values()
             keys = list(totals)
