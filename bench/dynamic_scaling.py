@@ -80,6 +80,7 @@ def run_once(out: Path, dynamic: bool, steps: int, overrides: list[str], timeout
         "runner.progress_bar=false",
         "algorithm.dynamic_sampling=false",
         f"runner.dynamic_scaling={str(dynamic).lower()}",
+        "runner.pipeline=false",  # the static baseline runs its phases in sequence (not pipelined)
         *overrides,
     ]
     start = time.perf_counter()

@@ -107,7 +107,7 @@ def cluster(app: ReasoningApp) -> Iterator[Any]:
 
 PLACEMENTS = {
     "collocated": ("grpo_smollm2_cpu", "collocated"),
-    "disaggregated": ("grpo_smollm2_disaggregated", "disaggregated"),
+    "disaggregated": ("grpo_smollm2_disaggregated", "disaggregated"),  # pipelined: RLinf's rule
 }
 
 
@@ -121,7 +121,9 @@ def test_sft_then_grpo_trains_evaluates_checkpoints_and_resumes(
     assert placement_mode(cfg) == expected_mode
     result = run_app(app, cfg, cluster=cluster)
     assert result.global_step == 2
-    phases = {"rollout": {"generate"}, "actor": {"actor/run_training"}, "reward": {"reward"}}
+    # disaggregated runs are pipelined (runner.pipeline null): the actor trains on streamed micro-batches
+    update = "actor/run_training_stream" if mode == "disaggregated" else "actor/run_training"
+    phases = {"rollout": {"generate"}, "actor": {update}, "reward": {"reward"}}
     sizes = app.world_sizes(cfg)
     assert sizes is not None
     assert_profiled(result, phases, sizes, [1, 2])
@@ -265,6 +267,7 @@ def test_dynamic_scaling_grows_the_actor_and_learns_the_same(
             "sft.steps=0",
             "runner.max_epochs=1",
             f"runner.dynamic_scaling={mode == 'dynamic'}",
+            "runner.pipeline=false",  # the static baseline runs its phases in sequence too
         ]
         cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_disaggregated.yaml", overrides)
         sizes = app.world_sizes(cfg)
@@ -287,3 +290,86 @@ def test_dynamic_scaling_grows_the_actor_and_learns_the_same(
     )
     assert a.keys() == b.keys()
     assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) < 1e-5
+
+
+def test_pipelined_step_streams_micro_batches_and_learns_the_same(
+    app: ReasoningApp, tiny: dict[str, Any], cluster: Any, tmp_path: Path
+) -> None:
+    """``runner.pipeline`` on the disaggregated placement against the same placement run in sequence.
+
+    The rollout generates in chunks of 4 samples in both runs (``rollout.max_batch_size=4``), so they sample
+    the same tokens; the pipelined actor trains on each chunk as it arrives (2 micro-batches of 4, streamed)
+    and takes one optimizer step. With a sequence-mean loss the update does not depend on how sequences are
+    grouped into micro-batches, so both runs make the same update up to the order of floating-point sums.
+    """
+    import torch
+
+    records = {}
+    for mode in ("sequential", "pipelined"):
+        overrides = [
+            *tiny_overrides(tiny["model"], tiny["data"], tmp_path / mode),
+            "runner.val_check_interval=-1",
+            "data.eval_path=null",
+            "sft.steps=0",
+            "runner.max_epochs=2",
+            "runner.save_interval=2",
+            "rollout.max_batch_size=4",
+            "algorithm.loss_agg_func=seq-mean-token-mean",
+            f"runner.pipeline={mode == 'pipelined'}",
+            "runner.profile=true",
+        ]
+        cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_disaggregated.yaml", overrides)
+        result = run_app(app, cfg, cluster=cluster)
+        assert result.global_step == 2
+        records[mode] = [r for r in read_metrics(tmp_path / mode) if "train/actor/policy_loss" in r]
+    seq, pipe = records["sequential"], records["pipelined"]
+    assert all(r["train/actor/num_micro_batches"] == 2 for r in pipe)
+    assert all("train/actor/num_micro_batches" not in r for r in seq)
+    for a, b in zip(seq, pipe, strict=True):
+        assert a["rollout/reward_mean"] == b["rollout/reward_mean"]
+        assert a["rollout/response_len_mean"] == b["rollout/response_len_mean"]
+        assert a["train/num_sequences"] == b["train/num_sequences"] == 8
+        for key in ("train/actor/policy_loss", "train/actor/grad_norm", "train/actor/entropy", "adv/mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    x = torch.load(
+        tmp_path / "sequential" / "checkpoints" / "global_step_2" / "actor" / "model.pt", weights_only=True
+    )
+    y = torch.load(
+        tmp_path / "pipelined" / "checkpoints" / "global_step_2" / "actor" / "model.pt", weights_only=True
+    )
+    assert x.keys() == y.keys()
+    assert max(float((x[k].float() - y[k].float()).abs().max()) for k in x) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["runner.pipeline=true"], "disaggregated placement"),
+        (["runner.pipeline=true", "algorithm.adv_type=reinpp"], "algorithm.adv_type 'grpo'"),
+        (["runner.pipeline=true", "algorithm.update_epoch=2"], "update_epoch 1"),
+        (
+            ["runner.pipeline=true", "actor.global_batch_size=16", "actor.micro_batch_size=8"],
+            "one optimizer step",
+        ),
+    ],
+)
+def test_pipeline_refuses_what_it_cannot_overlap(
+    app: ReasoningApp, overrides: list[str], needle: str
+) -> None:
+    """``runner.pipeline: true`` on the collocated default config (or with an estimator it cannot stream) is a
+    config error before anything starts, naming the field."""
+    from rlinf_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"runner\.pipeline") as err:
+        app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml", overrides)  # checks the config
+    assert needle in str(err.value)
+
+
+def test_agent_app_refuses_the_pipeline() -> None:
+    """The agent runner has no pipelined mode: asking for one is a config error naming the field."""
+    from rlinf_core.config import ConfigError
+    from rlinf_runners.apps import AgentApp
+
+    agent_dir = APP_DIR.parent / "agent"
+    with pytest.raises(ConfigError, match=r"runner\.pipeline: the agent runner"):
+        AgentApp(agent_dir).load_config(agent_dir / "config" / "smollm2_tools.yaml", ["runner.pipeline=true"])

@@ -347,3 +347,19 @@ def test_cli_refuses_dynamic_scaling_before_profiling(capsys: pytest.CaptureFixt
     argv = [str(path), "--nodes", "1", "--accelerators-per-node", "2", "runner.dynamic_scaling=true"]
     assert main(argv) == 2
     assert "set runner.dynamic_scaling=false" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_explicit_pipeline_and_profiles_in_sequence(capsys: pytest.CaptureFixture[str]) -> None:
+    """The cost model adds phases up: ``runner.pipeline=true`` is refused, and every candidate it runs or prints
+    turns the pipeline off (a disaggregated candidate would otherwise be pipelined by default)."""
+    path = APPS / "reasoning" / "config" / "grpo_smollm2_pipeline.yaml"
+    argv = [str(path), "--nodes", "1", "--accelerators-per-node", "2"]
+    assert main(argv) == 2
+    assert "set runner.pipeline=null" in capsys.readouterr().err
+    from rlinf_runners.apps import ReasoningApp
+    from rlinf_runners.autoplace._cli import placement_overrides
+
+    app = ReasoningApp(APPS / "reasoning")
+    machine = Machine(1, 2, 2.0, True)
+    candidate = next(candidates(app.components, machine))
+    assert "runner.pipeline=false" in placement_overrides(app, candidate, machine)

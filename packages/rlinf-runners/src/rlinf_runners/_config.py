@@ -70,6 +70,17 @@ class RunnerConfig:
     (``offload``: vLLM / SGLang sleep), the elastic ranks bring their shard of the model and optimizer state onto
     them (``onload``) and train with the others, then give the devices back (``offload``) before the rollout
     reloads. Step time drops by the share of the training the extra ranks take; the update is the same."""
+    pipeline: bool | None = None
+    """Reasoning runs: overlap generation, reward and training within each step (RLinf's pipelined mode).
+    Finished rollouts stream through a channel into the actor's micro-batches while the rollout generates the
+    next ones; the step still ends with one on-policy optimizer step. ``null``: on when actor and rollout are
+    disaggregated (on disjoint devices, RLinf's rule) and the run allows it (GRPO without batch-wide
+    normalisation, one optimizer step per RL step, FSDP actor, no dynamic scaling), else off; ``true``: on, or
+    an error naming what prevents it; ``false``: generation, reward and training one after another."""
+    pipeline_chunk_prompts: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
+    """Pipelined mode: prompts per generation request (each with ``algorithm.group_size`` samples); ``null``:
+    just enough to fill one actor micro-batch on every actor rank. Smaller chunks start training sooner,
+    larger ones keep the generation batch wider."""
     logger: LoggerConfig = attrs.field(factory=LoggerConfig)
 
     @max_checkpoints_to_keep.validator

@@ -43,13 +43,16 @@ from rlinf_algos import (
     overlong_reward_penalty,
     reinpp,
 )
+from rlinf_core.config import AlgorithmConfig
 from rlinf_core.data import pack_sequences
 from rlinf_core.protocols import LLMActor, LLMRollout, OffloadRole
+from rlinf_scheduler import Channel
 
+from ._config import RunnerConfig
 from ._llm import Batch, LLMRunner, SFTConfig
 from ._metrics import mean, mean_over_ranks, prefixed
 
-__all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig"]
+__all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig", "pipeline_problems"]
 
 REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 """Advantage estimators the reasoning runner supports (``algorithm.adv_type``)."""
@@ -64,6 +67,8 @@ class _Rollouts:
     logprobs: list[list[float]] = attrs.field(factory=list)
     rewards: list[float] = attrs.field(factory=list)
     truncated: list[bool] = attrs.field(factory=list)
+    advantages: list[float] = attrs.field(factory=list)
+    """Per-sequence GRPO advantages (pipelined mode only: computed per group as the group is kept)."""
 
     def extend(self, other: _Rollouts, start: int, stop: int) -> None:
         self.prompts += other.prompts[start:stop]
@@ -71,6 +76,46 @@ class _Rollouts:
         self.logprobs += other.logprobs[start:stop]
         self.rewards += other.rewards[start:stop]
         self.truncated += other.truncated[start:stop]
+        self.advantages += other.advantages[start:stop]
+
+    def pop_front(self, n: int) -> _Rollouts:
+        """Remove the first ``n`` sequences and return them."""
+        head = _Rollouts()
+        head.extend(self, 0, n)
+        rest = _Rollouts()
+        rest.extend(self, n, len(self.rewards))
+        for field in attrs.fields(_Rollouts):
+            setattr(self, field.name, getattr(rest, field.name))
+        return head
+
+
+@attrs.define
+class _CollectStats:
+    """What :meth:`ReasoningRunner.collect` reports about everything it generated (kept or not)."""
+
+    rewards: list[float] = attrs.field(factory=list)
+    correct: list[bool] = attrs.field(factory=list)
+    lengths: list[int] = attrs.field(factory=list)
+    truncated: list[bool] = attrs.field(factory=list)
+    gen_batches: int = 0
+
+    def add(self, batch: _Rollouts, correct: Sequence[bool]) -> None:
+        self.rewards += batch.rewards
+        self.correct += correct
+        self.lengths += [len(r) for r in batch.responses]
+        self.truncated += batch.truncated
+
+    def metrics(self, kept_groups: int) -> dict[str, float]:
+        return {
+            "rollout/reward_mean": mean(self.rewards),
+            "rollout/accuracy": mean([float(c) for c in self.correct]),
+            "rollout/response_len_mean": mean([float(n) for n in self.lengths]),
+            "rollout/response_len_max": float(max(self.lengths)) if self.lengths else math.nan,
+            "rollout/truncated_frac": mean([float(t) for t in self.truncated]),
+            "rollout/num_samples": float(len(self.rewards)),
+            "dapo/num_gen_batches": float(self.gen_batches),
+            "dapo/kept_groups": float(kept_groups),
+        }
 
 
 class ReasoningRunner(LLMRunner[LLMRollout]):
@@ -110,6 +155,31 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
 
     adv_types = REASONING_ADV_TYPES
     runner_name = "reasoning"
+
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        *,
+        pipeline: bool = False,
+        pipeline_chunk_prompts: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cfg, **kwargs)
+        if pipeline:
+            problems = pipeline_problems(
+                self.algorithm,
+                rollout_batch_size=self.data.rollout_batch_size,
+                global_batch_size=None,
+                offload=self.offload or bool(self.elastic_actor_ranks),
+            )
+            if problems:
+                raise ValueError("; ".join(problems))
+        if pipeline_chunk_prompts is not None and pipeline_chunk_prompts < 1:
+            raise ValueError(f"pipeline_chunk_prompts must be >= 1, got {pipeline_chunk_prompts}")
+        self.pipeline = pipeline
+        # Just enough prompts per generation request to fill one streamed micro-batch (all actor ranks).
+        self.chunk_prompts = pipeline_chunk_prompts or max(1, -(-self.batch_multiple // self.group_size))
+        self._stream: Channel | None = None
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -170,13 +240,17 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
         return prefixed(mean_over_ranks(self._actor_all(LLMActor.run_sft, batch)), "sft")
 
-    def _generate_groups(self) -> tuple[_Rollouts, list[str], list[bool]]:
-        """One generation batch: ``rollout_batch_size`` prompts x ``group_size`` samples, scored."""
+    def _requests(self, idx: Sequence[int]) -> tuple[list[list[int]], list[list[str]]]:
+        """The prompts (``group_size`` copies each) and reference answers of the training prompts ``idx``."""
         gs = self.group_size
-        idx = self.sampler.next_batch(self.data.rollout_batch_size)
         prompts = [self._train_ids[i] for i in idx for _ in range(gs)]
-        refs = [self.train_data[i].answers for i in idx for _ in range(gs)]
-        outputs = self.generate(prompts, self.sampling)
+        refs = [list(self.train_data[i].answers) for i in idx for _ in range(gs)]
+        return prompts, refs
+
+    def _scored(
+        self, prompts: list[list[int]], refs: Sequence[Sequence[str]], outputs: Sequence[Mapping[str, Any]]
+    ) -> tuple[_Rollouts, list[bool]]:
+        """Score generated responses; returns them (rewards with the DAPO overlong penalty) and their correctness."""
         rewards, correct = self._score([o["text"] for o in outputs], refs)
         out = _Rollouts(
             prompts=prompts,
@@ -185,7 +259,44 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             rewards=rewards,
             truncated=[o.get("finish_reason") == "length" for o in outputs],
         )
-        return out, [o["text"] for o in outputs], correct
+        alg = self.algorithm
+        if alg.overlong_buffer_len > 0 and self.max_new_tokens is not None:
+            penalty = overlong_reward_penalty(
+                np.asarray([len(r) for r in out.responses]),
+                max_length=self.max_new_tokens,
+                cache_length=min(alg.overlong_buffer_len, self.max_new_tokens),
+            )
+            out.rewards = [
+                r + alg.overlong_penalty_factor * float(p) for r, p in zip(out.rewards, penalty, strict=True)
+            ]
+        return out, correct
+
+    def _keep(self, batch: _Rollouts, kept: _Rollouts, limit: int) -> int:
+        """Append ``batch``'s groups to ``kept`` until it holds ``limit`` sequences; returns how many were added.
+
+        Dynamic sampling drops the groups whose rewards are all equal (no learning signal).
+        """
+        gs = self.group_size
+        if not self.algorithm.dynamic_sampling:
+            n = min(len(batch.rewards), max(0, limit - len(kept.rewards)))
+            kept.extend(batch, 0, n)
+            return n
+        keep = dynamic_sampling_filter(np.asarray(batch.rewards, dtype=np.float64), group_size=gs)
+        added = 0
+        for g in range(len(batch.rewards) // gs):
+            if bool(keep[g * gs]) and len(kept.rewards) < limit:
+                kept.extend(batch, g * gs, (g + 1) * gs)
+                added += gs
+        return added
+
+    def _collect_done(self, kept: int, stats: _CollectStats) -> bool:
+        """Whether generation stops after a generation batch (enough kept, no DAPO, or the batch budget spent)."""
+        alg = self.algorithm
+        return (
+            not alg.dynamic_sampling
+            or kept >= self.data.rollout_batch_size * self.group_size
+            or stats.gen_batches >= alg.max_num_gen_batches
+        )
 
     def collect(self) -> tuple[_Rollouts, dict[str, float]]:
         """Generate and score groups, applying the DAPO overlong penalty and dynamic sampling.
@@ -194,55 +305,18 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             The kept groups (at most ``data.rollout_batch_size``) and the ``rollout/*``/``dapo/*`` metrics of
             everything generated.
         """
-        alg, gs, n_prompts = self.algorithm, self.group_size, self.data.rollout_batch_size
-        kept = _Rollouts()
-        raw_rewards: list[float] = []
-        correct: list[bool] = []
-        lengths: list[int] = []
-        truncated: list[bool] = []
-        gen_batches = 0
+        kept, stats = _Rollouts(), _CollectStats()
+        limit = self.data.rollout_batch_size * self.group_size
         while True:
-            batch, _texts, ok = self._generate_groups()
-            gen_batches += 1
-            raw_rewards += batch.rewards
-            correct += ok
-            lengths += [len(r) for r in batch.responses]
-            truncated += batch.truncated
-            if alg.overlong_buffer_len > 0 and self.max_new_tokens is not None:
-                penalty = overlong_reward_penalty(
-                    np.asarray([len(r) for r in batch.responses]),
-                    max_length=self.max_new_tokens,
-                    cache_length=min(alg.overlong_buffer_len, self.max_new_tokens),
-                )
-                batch.rewards = [
-                    r + alg.overlong_penalty_factor * float(p)
-                    for r, p in zip(batch.rewards, penalty, strict=True)
-                ]
-            if alg.dynamic_sampling:
-                keep = dynamic_sampling_filter(np.asarray(batch.rewards, dtype=np.float64), group_size=gs)
-                for g in range(len(batch.rewards) // gs):
-                    if bool(keep[g * gs]) and len(kept.rewards) < n_prompts * gs:
-                        kept.extend(batch, g * gs, (g + 1) * gs)
-            else:
-                kept.extend(batch, 0, len(batch.rewards))
-            if (
-                not alg.dynamic_sampling
-                or len(kept.rewards) >= n_prompts * gs
-                or gen_batches >= alg.max_num_gen_batches
-            ):
+            prompts, refs = self._requests(self.sampler.next_batch(self.data.rollout_batch_size))
+            batch, correct = self._scored(prompts, refs, self.generate(prompts, self.sampling))
+            stats.gen_batches += 1
+            stats.add(batch, correct)
+            self._keep(batch, kept, limit)
+            if self._collect_done(len(kept.rewards), stats):
                 break
         self._phase(self.rollout, OffloadRole.offload)
-        metrics = {
-            "rollout/reward_mean": mean(raw_rewards),
-            "rollout/accuracy": mean([float(c) for c in correct]),
-            "rollout/response_len_mean": mean([float(n) for n in lengths]),
-            "rollout/response_len_max": float(max(lengths)) if lengths else math.nan,
-            "rollout/truncated_frac": mean([float(t) for t in truncated]),
-            "rollout/num_samples": float(len(raw_rewards)),
-            "dapo/num_gen_batches": float(gen_batches),
-            "dapo/kept_groups": float(len(kept.rewards) // gs),
-        }
-        return kept, metrics
+        return kept, stats.metrics(len(kept.rewards) // self.group_size)
 
     def build_batch(self, rollouts: _Rollouts) -> Batch:
         """Pad the kept groups into a training batch (``advantages`` not yet filled)."""
@@ -338,6 +412,8 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
 
     def train_step(self) -> dict[str, float]:
         """One RL step: collect (with DAPO filters), advantages, actor update; returns its metrics."""
+        if self.pipeline:
+            return self.pipelined_step()
         t0 = time.perf_counter()
         rollouts, metrics = self.collect()
         t1 = time.perf_counter()
@@ -373,3 +449,153 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         metrics["train/skipped"] = 0.0
         metrics["time/train_s"] = time.perf_counter() - t1
         return metrics
+
+    # ------------------------------------------------------------------------------------ pipelined mode
+    def _stream_channel(self) -> Channel:
+        if self._stream is None:
+            self._stream = Channel.create(f"{self.rollout.name}-to-{self.actor.name}-{id(self):x}")
+        return self._stream
+
+    def release(self) -> None:
+        """Shut the rollout → actor channel of the pipelined mode down."""
+        if self._stream is not None:
+            self._stream.shutdown()
+            self._stream = None
+
+    def _send(self, channel: Channel, key: str, micro: _Rollouts) -> dict[str, float]:
+        """Put one micro-batch (``micro_batch_size`` x actor ranks sequences) on the channel, rank by rank.
+
+        The sequences are padded into a batch whose token advantages are the per-sequence GRPO ones; returns
+        the sums behind the ``adv/*`` metrics.
+        """
+        batch = self.build_batch(micro)
+        t = batch["input_ids"].shape[1]
+        p_len = t - max(1, int(batch["response_lengths"].max()))
+        mask = batch["loss_mask"]
+        adv = np.zeros(mask.shape, dtype=np.float32)
+        adv[:, p_len:] = np.where(
+            mask[:, p_len:], np.asarray(micro.advantages, dtype=np.float32)[:, None], 0.0
+        )
+        batch["advantages"] = adv
+        rows = {k: v for k, v in batch.items() if k not in ("prompt_lengths", "response_lengths")}
+        share = len(micro.rewards) // self.actor.world_size
+        for rank in range(self.actor.world_size):
+            part = {k: v[rank * share : (rank + 1) * share] for k, v in rows.items()}
+            channel.put(self.to_batch(part), key=f"{key}/{rank}")
+        valid = adv[mask.astype(bool)].astype(np.float64)
+        return {"sum": float(valid.sum()), "sq": float((valid**2).sum()), "n": float(valid.size)}
+
+    def pipelined_step(self) -> dict[str, float]:
+        """One RL step with generation, reward and training overlapped (``runner.pipeline``).
+
+        The actor's update starts first and waits on a channel. The prompts of a generation batch go to the
+        rollout in chunks of ``pipeline_chunk_prompts`` prompts (x ``group_size`` samples), the next chunk
+        requested as soon as one finishes, so the rollout never idles; each finished chunk is scored by the
+        reward group, passes the DAPO filters group by group, gets its GRPO advantages, and every full
+        micro-batch of kept sequences (``micro_batch_size`` x actor ranks) goes straight to the actor, which
+        runs its forward and backward while later chunks are still being generated. After the last one the
+        actor takes the step's single optimizer step. Kept sequences short of a full micro-batch are dropped,
+        as the sequential step drops groups beyond a multiple of it.
+
+        Returns:
+            The metrics of :meth:`train_step`; ``time/rollout_s`` is the generation phase and ``time/train_s``
+            what the update took after it (the part generation did not hide).
+        """
+        gs, n_prompts = self.group_size, self.data.rollout_batch_size
+        limit, unit = n_prompts * gs, self.batch_multiple
+        channel = self._stream_channel()
+        key = f"step{self.global_step}-{time.monotonic_ns():x}"
+        t0 = time.perf_counter()
+        update = self.actor.call(LLMActor.run_training_stream, channel, key, timeout=self.cfg.step_timeout_s)
+        kept, pending, stats = 0, _Rollouts(), _CollectStats()
+        adv = {"sum": 0.0, "sq": 0.0, "n": 0.0}
+        sent = 0
+        while True:
+            chunks = _chunks(self.sampler.next_batch(n_prompts), self.chunk_prompts)
+            stats.gen_batches += 1
+            requests = self._requests(chunks[0])
+            call = self.rollout.call(LLMRollout.generate, requests[0], dict(self.sampling))
+            for k in range(len(chunks)):
+                outputs = self._gather(call)
+                prompts, refs = requests
+                if len(outputs) != len(prompts):
+                    raise RuntimeError(
+                        f"the rollout returned {len(outputs)} outputs for {len(prompts)} prompts"
+                    )
+                if k + 1 < len(chunks):  # keep the rollout busy while this chunk is scored and sent
+                    requests = self._requests(chunks[k + 1])
+                    call = self.rollout.call(LLMRollout.generate, requests[0], dict(self.sampling))
+                batch, correct = self._scored(prompts, refs, outputs)
+                stats.add(batch, correct)
+                one_token = np.ones((1, len(batch.rewards)), dtype=bool)  # GRPO: one advantage per sequence
+                batch.advantages = np.asarray(grpo(np.asarray(batch.rewards), one_token, group_size=gs))[
+                    0
+                ].tolist()
+                kept += self._keep(batch, pending, limit - sent)
+                while len(pending.rewards) >= unit:
+                    part = self._send(channel, key, pending.pop_front(unit))
+                    adv = {name: adv[name] + part[name] for name in adv}
+                    sent += unit
+            if self._collect_done(kept, stats):
+                break
+        generated = time.perf_counter()
+        for rank in range(self.actor.world_size):
+            channel.put(None, key=f"{key}/{rank}")
+        metrics = stats.metrics(kept // gs)
+        metrics["train/num_sequences"] = float(sent)
+        metrics["time/rollout_s"] = generated - t0
+        if adv["n"]:
+            m = adv["sum"] / adv["n"]
+            metrics.update(
+                {
+                    "adv/mean": m,
+                    "adv/std": math.sqrt(max(0.0, adv["sq"] / adv["n"] - m * m)),
+                    "adv/trained_tokens": adv["n"],
+                }
+            )
+        results: list[dict[str, float]] = self.wait(update)
+        metrics.update(prefixed(mean_over_ranks(results), "train"))
+        metrics["train/skipped"] = 0.0 if sent else 1.0
+        metrics["time/train_s"] = time.perf_counter() - generated
+        return metrics
+
+
+def _chunks(idx: Sequence[int], size: int) -> list[list[int]]:
+    """``idx`` cut into consecutive lists of at most ``size``."""
+    return [list(idx[i : i + size]) for i in range(0, len(idx), size)]
+
+
+def pipeline_problems(
+    algorithm: AlgorithmConfig, *, rollout_batch_size: int, global_batch_size: int | None, offload: bool
+) -> list[str]:
+    """Why a reasoning run cannot be pipelined (empty: it can).
+
+    The pipelined step takes one on-policy optimizer step over GRPO advantages computed group by group, so
+    it needs ``adv_type: grpo`` without batch-wide normalisation, one update epoch, all of a step's samples
+    in one optimizer step, and devices that the actor and the rollout do not take turns on.
+    """
+    problems = []
+    if algorithm.adv_type.lower() != "grpo":
+        problems.append(
+            f"runner.pipeline needs algorithm.adv_type 'grpo' (advantages computed group by group as samples "
+            f"finish), got {algorithm.adv_type!r}"
+        )
+    if algorithm.normalize_advantages:
+        problems.append(
+            "runner.pipeline: algorithm.normalize_advantages normalises over the whole batch, which is only "
+            "known after the last sample; set it to false"
+        )
+    if algorithm.update_epoch != 1:
+        problems.append(f"runner.pipeline needs algorithm.update_epoch 1, got {algorithm.update_epoch}")
+    samples = rollout_batch_size * algorithm.group_size
+    if global_batch_size is not None and global_batch_size != samples:
+        problems.append(
+            f"runner.pipeline takes one optimizer step per RL step: actor.global_batch_size ({global_batch_size}) "
+            f"must equal data.rollout_batch_size x algorithm.group_size ({samples})"
+        )
+    if offload:
+        problems.append(
+            "runner.pipeline needs actor and rollout on disjoint devices without offloading or dynamic scaling "
+            "(they run at the same time)"
+        )
+    return problems

@@ -74,6 +74,8 @@ class LLMApp(App[L], abc.ABC):
     """How long the launch waits for the groups to load their models."""
     sft_requires_solution: ClassVar[bool] = True
     """Whether the rows of ``data.sft_path`` must carry a worked solution."""
+    pipelines: ClassVar[bool] = False
+    """Whether the app's runner has a pipelined mode (``runner.pipeline``)."""
 
     # ----------------------------------------------------------------------------------- paths and data
     def load_datasets(self, cfg: L) -> dict[str, PromptDataset | None]:
@@ -190,6 +192,11 @@ class LLMApp(App[L], abc.ABC):
             )
             problems += _scaling_problems(cfg, ModelParallelComponentPlacement(cfg.cluster, view))
         problems += self._batch_problems(cfg, ws)
+        if cfg.runner.pipeline and not self.pipelines:
+            problems.append(
+                f"runner.pipeline: the {self.name} runner runs generation and training in sequence "
+                "(multi-turn episodes); set it to null or false"
+            )
         if problems:
             raise ConfigError(problems, f"the {self.name} config")
         check_training_backend(cfg.actor)

@@ -7,21 +7,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from rlinf_core.config import AlgorithmConfig
+from rlinf_core.config import AlgorithmConfig, ConfigError
 from rlinf_core.data import DataConfig
 from rlinf_core.rewards import RewardConfig
 from rlinf_models.llm import SMOLLM2_ALIAS, LLMActorConfig, LLMModelConfig
 from rlinf_rollout.llm import LLMRolloutConfig
-from rlinf_scheduler import Cluster, ClusterConfig, Worker
+from rlinf_scheduler import (
+    Cluster,
+    ClusterConfig,
+    ModelParallelComponentPlacement,
+    StaticClusterView,
+    Worker,
+)
 
 from .._config import LoggerConfig, RunnerConfig
-from .._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig
-from ._app import OnStep
+from .._reasoning import REASONING_ADV_TYPES, ReasoningRunner, SFTConfig, pipeline_problems
+from ._app import OnStep, WorkerClasses
 from ._llm import LLMApp
 
 __all__ = ["ReasoningApp", "ReasoningConfig"]
@@ -59,6 +66,7 @@ class ReasoningApp(LLMApp[ReasoningConfig]):
     name = "reasoning"
     config_cls = ReasoningConfig
     default_config = "grpo_smollm2_cpu"
+    pipelines = True
     curve_keys = (
         "eval/accuracy",
         "rollout/accuracy",
@@ -107,7 +115,20 @@ class ReasoningApp(LLMApp[ReasoningConfig]):
                 f"data.rollout_batch_size x algorithm.group_size ({cfg.data.rollout_batch_size} x "
                 f"{alg.group_size} = {samples}) must be a multiple of actor.global_batch_size ({gbs})"
             )
+        if cfg.runner.pipeline and cfg.cluster.simulated_accelerators_per_node > 0:
+            view = StaticClusterView(
+                num_nodes=cfg.cluster.num_nodes, accelerators=cfg.cluster.simulated_accelerators_per_node
+            )
+            with contextlib.suppress(ValueError):  # an invalid placement is reported by the placement check
+                problems += _pipeline_problems(cfg, ModelParallelComponentPlacement(cfg.cluster, view))
         return problems
+
+    def launch(
+        self, cfg: ReasoningConfig, cluster: Cluster, *, worker_classes: WorkerClasses | None = None
+    ) -> dict[str, Any]:
+        """Check ``runner.pipeline`` against the cluster's placement, then launch (:meth:`LLMApp.launch`)."""
+        is_pipelined(cfg, ModelParallelComponentPlacement(cfg.cluster, cluster))
+        return super().launch(cfg, cluster, worker_classes=worker_classes)
 
     def rollout_group(self, cfg: ReasoningConfig) -> tuple[type[Worker], tuple[Any, ...], dict[str, Any]]:
         """The LLM rollout worker (generation engine of ``rollout.engine``) and its arguments."""
@@ -127,7 +148,53 @@ class ReasoningApp(LLMApp[ReasoningConfig]):
         """The :class:`ReasoningRunner` of ``cfg`` (loads the tokenizer and the datasets on the driver)."""
         return ReasoningRunner(
             cfg.runner,
+            pipeline=is_pipelined(cfg, ModelParallelComponentPlacement(cfg.cluster, cluster)),
+            pipeline_chunk_prompts=cfg.runner.pipeline_chunk_prompts,
             **self.runner_inputs(cfg, cluster, groups),
             refresh_reference=cfg.algorithm.kl_beta > 0 or cfg.algorithm.reinpp_kl_beta > 0,
             on_step=on_step,
         )
+
+
+def _pipeline_problems(cfg: ReasoningConfig, placement: ModelParallelComponentPlacement) -> list[str]:
+    """Why ``cfg`` cannot run pipelined on ``placement`` (empty: it can)."""
+    problems = []
+    if not placement.is_disaggregated:
+        problems.append(
+            "runner.pipeline overlaps generation and training, which needs actor and rollout on disjoint "
+            f"devices (a disaggregated placement); this placement is {placement.placement_mode.value}"
+        )
+    if cfg.runner.dynamic_scaling:
+        problems.append(
+            "runner.pipeline and runner.dynamic_scaling exclude each other (dynamic scaling hands the rollout's "
+            "devices to the actor between the phases the pipeline overlaps)"
+        )
+    if cfg.actor.training_backend != "fsdp":
+        problems.append(
+            f"runner.pipeline streams micro-batches into the fsdp backend; actor.training_backend is "
+            f"{cfg.actor.training_backend!r}"
+        )
+    if cfg.actor.max_tokens_per_mbs is not None:
+        problems.append(
+            "runner.pipeline cuts micro-batches by actor.micro_batch_size; unset actor.max_tokens_per_mbs"
+        )
+    return problems + pipeline_problems(
+        cfg.algorithm,
+        rollout_batch_size=cfg.data.rollout_batch_size,
+        global_batch_size=cfg.actor.global_batch_size,
+        offload=False,
+    )
+
+
+def is_pipelined(cfg: ReasoningConfig, placement: ModelParallelComponentPlacement) -> bool:
+    """Whether the run is pipelined: ``runner.pipeline`` true, or null with a placement and config that allow it.
+
+    Raises:
+        ConfigError: ``runner.pipeline: true`` with something that prevents it (every reason listed).
+    """
+    if cfg.runner.pipeline is False:
+        return False
+    problems = _pipeline_problems(cfg, placement)
+    if cfg.runner.pipeline and problems:
+        raise ConfigError(problems, "the reasoning config")
+    return not problems

@@ -66,6 +66,8 @@ def placement_overrides(app: Any, candidate: Candidate, machine: Machine) -> lis
         out.append(f"cluster.simulated_accelerators_per_node={machine.slots_per_node}")
     if app.name == "embodied":
         out.append(f"rollout.pipeline_stage_num={candidate.stages}")
+    else:  # the cost model adds up phases run in sequence; a pipelined step overlaps them
+        out.append("runner.pipeline=false")
     return out
 
 
@@ -294,6 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.load_config(args.config, args.overrides)  # a bad config fails here, before any profiling
         if app.name == "embodied" and app.load_config(args.config, args.overrides).runner.mode != "sync":
             raise ValueError("auto-placement models the synchronous runner: set runner.mode=sync")
+        if app.name != "embodied" and app.load_config(args.config, args.overrides).runner.pipeline:
+            raise ValueError(
+                "auto-placement models phases run in sequence: set runner.pipeline=null (a disaggregated "
+                "placement it prints then runs pipelined, which overlaps them) or false"
+            )
         if app.load_config(args.config, args.overrides).runner.dynamic_scaling:
             raise ValueError(
                 "auto-placement models static placements: set runner.dynamic_scaling=false (dynamic scaling "
