@@ -35,6 +35,7 @@ def test_every_issue_config_exists() -> None:
         "libero_spatial_ppo_cnn",
         "libero_spatial_ppo_pi0_tiny",
         "libero_spatial_ppo_openpi_pi05",
+        "libero_spatial_ppo_smolvla_tiny",
         "realworld_dummy_franka_sac_cnn",
     }
     assert expected <= set(CONFIGS)
@@ -72,6 +73,11 @@ def _load(app: EmbodiedApp, name: str, demo_file: Path) -> Any:
         if not tiny.exists():
             make_tiny_pi0(tiny, pi05=model["model_type"] == "pi05")
         overrides += [f"actor.model.{k}={tiny / v}" for k, v in _TINY_FILES.items()]
+    if model.get("model_type") == "smolvla":
+        from rlinf_models.smolvla.testing import make_tiny_smolvla
+
+        paths = make_tiny_smolvla(demo_file.parent / "tiny_smolvla")
+        overrides += [f"actor.model.{k}={v}" for k, v in paths.items()]
     if (raw.get("actor") or {}).get("expert"):
         expert = (
             demo_file.parent / "global_step_1" / "actor" / "model.pt"
