@@ -31,6 +31,7 @@ from ._buffer import ReplayBuffer
 
 if TYPE_CHECKING:
     from ..pi0 import Pi0Policy
+    from ..smolvla import SmolVLAPolicy
 from ._trainer import _augmented_keys, shift_images
 
 __all__ = ["DAggerTrainer", "build_expert", "expert_spec"]
@@ -65,7 +66,7 @@ def expert_spec(spec: EnvSpec, expert: ExpertConfig) -> EnvSpec:
 
 def build_expert(
     spec: EnvSpec, expert: ExpertConfig, device: torch.device | None = None
-) -> ActorCritic | FlowPolicy | Pi0Policy | SquashedGaussianPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy:
     """The expert policy with its checkpoint's weights, in eval mode (``act(obs, deterministic=True)``).
 
     Raises:

@@ -66,7 +66,8 @@ def apply_rope(x: Tensor, positions: Tensor) -> Tensor:
     exponents = torch.arange(half, dtype=torch.float32, device=x.device) * (2.0 / x.shape[-1])
     angles = positions.float()[..., None] / (_ROPE_BASE**exponents)
     cos, sin = angles.cos()[:, :, None], angles.sin()[:, :, None]
-    x1, x2 = x.float().split(half, dim=-1)
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
@@ -115,7 +116,8 @@ class SmolVLMWithExpert(nn.Module):
         )
         self.lm_expert = LlamaModel(expert)
         # The expert reads embeddings made by the projections, never token ids.
-        self.lm_expert.embed_tokens = None
+        # (transformers types the attribute as an Embedding; LeRobot's module tree has none here.)
+        self.lm_expert.embed_tokens = None  # type: ignore[assignment]
         kv_width = config.vlm.num_kv_heads * config.vlm.head_dim
         for index, layer in enumerate(self.lm_expert.layers):
             if config.is_cross_expert_layer(index):  # its keys and values are projected from the VLM's
