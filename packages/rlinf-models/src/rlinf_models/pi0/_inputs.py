@@ -3,9 +3,10 @@
 - **Images** are resized without distortion to the checkpoint's square ``image_size`` (scale the long side, pad
   the short one with black, centred) and mapped to ``[-1, 1]`` for SigLIP, as openpi does.
 - **State and actions** are normalised with the checkpoint's statistics, then zero-padded to ``max_state_dim`` /
-  ``max_action_dim``. π0 uses mean/std (``(x - mean) / (std + 1e-6)``); the quantile mode
-  (``q01``/``q99`` → ``[-1, 1]``) is π0.5's. Statistics come from openpi's ``norm_stats.json`` or LeRobot's
-  normalizer file.
+  ``max_action_dim``. π0 uses mean/std, the quantile mode (``q01``/``q99`` → ``[-1, 1]``) is π0.5's.
+  Statistics come from openpi's ``norm_stats.json`` (openpi's formulas: ``(x - mean) / (std + 1e-6)``, the
+  quantile range + 1e-6) or LeRobot's normalizer file (LeRobot's: std + 1e-8, a zero quantile range
+  replaced by 1e-8).
 - **Instructions** are cleaned (underscores and newlines become spaces). π0 ends them with a newline (PaliGemma's
   prompt separator); π0.5 writes ``Task: <instruction>, State: <256-bin state>;`` + newline + ``Action: `` with the
   normalised state discretised into 256 bins over ``[-1, 1]``. The tokenizer adds its BOS; prompts are padded on
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 _EPS = 1e-6
+_LEROBOT_EPS = 1e-8
 
 
 def preprocess_image(image: Tensor, size: int) -> Tensor:
@@ -85,30 +87,44 @@ class NormStats:
     std: Tensor
     q01: Tensor | None = None
     q99: Tensor | None = None
+    convention: Literal["openpi", "lerobot"] = "openpi"
+    """Whose formulas: openpi adds 1e-6 to every denominator; LeRobot's normalizer adds 1e-8 to the std and
+    replaces only a zero quantile range by 1e-8."""
+
+    def _std(self, dim: int, like: Tensor) -> Tensor:
+        eps = _EPS if self.convention == "openpi" else _LEROBOT_EPS
+        return self.std[:dim].to(like) + eps
+
+    def _range(self, dim: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """The low quantile and the quantile range (with the convention's guard against zero)."""
+        if self.q01 is None or self.q99 is None:
+            raise ValueError("quantile normalisation needs q01 and q99 statistics; these stats have none")
+        low, high = self.q01[:dim].to(like), self.q99[:dim].to(like)
+        if self.convention == "openpi":
+            return low, high - low + _EPS
+        span = high - low
+        return low, torch.where(span == 0, torch.full_like(span, _LEROBOT_EPS), span)
 
     def normalize(self, x: Tensor, mode: Literal["mean_std", "quantile"] = "mean_std") -> Tensor:
         """Raw ``[..., D]`` → the model's space (``D`` may be shorter than the statistics: the leading ones)."""
         dim = x.shape[-1]
         if mode == "mean_std":
-            return (x - self.mean[:dim].to(x)) / (self.std[:dim].to(x) + _EPS)
-        low, high = self._quantiles(dim, x)
-        return (x - low) / (high - low + _EPS) * 2.0 - 1.0
+            return (x - self.mean[:dim].to(x)) / self._std(dim, x)
+        low, span = self._range(dim, x)
+        return (x - low) / span * 2.0 - 1.0
 
     def unnormalize(self, x: Tensor, mode: Literal["mean_std", "quantile"] = "mean_std") -> Tensor:
         """Inverse of :meth:`normalize`."""
         dim = x.shape[-1]
         if mode == "mean_std":
-            return x * (self.std[:dim].to(x) + _EPS) + self.mean[:dim].to(x)
-        low, high = self._quantiles(dim, x)
-        return (x + 1.0) / 2.0 * (high - low + _EPS) + low
-
-    def _quantiles(self, dim: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        if self.q01 is None or self.q99 is None:
-            raise ValueError("quantile normalisation needs q01 and q99 statistics; these stats have none")
-        return self.q01[:dim].to(like), self.q99[:dim].to(like)
+            return x * self._std(dim, x) + self.mean[:dim].to(x)
+        low, span = self._range(dim, x)
+        return (x + 1.0) / 2.0 * span + low
 
 
-def _stats_from(entry: Mapping[str, Any], where: str) -> NormStats:
+def _stats_from(
+    entry: Mapping[str, Any], where: str, convention: Literal["openpi", "lerobot"] = "openpi"
+) -> NormStats:
     if "mean" not in entry or "std" not in entry:
         raise ValueError(f"{where} needs 'mean' and 'std', has {sorted(entry)}")
 
@@ -117,7 +133,7 @@ def _stats_from(entry: Mapping[str, Any], where: str) -> NormStats:
 
     mean, std = vec("mean"), vec("std")
     assert mean is not None and std is not None
-    return NormStats(mean=mean, std=std, q01=vec("q01"), q99=vec("q99"))
+    return NormStats(mean=mean, std=std, q01=vec("q01"), q99=vec("q99"), convention=convention)
 
 
 def load_openpi_norm_stats(path: str | Path) -> dict[str, NormStats]:
@@ -139,7 +155,7 @@ def load_lerobot_norm_stats(path: str | Path) -> dict[str, NormStats]:
         feature, _, stat = key.rpartition(".")
         grouped.setdefault(feature, {})[stat] = value.float()
     return {
-        feature: _stats_from(entry, f"{path}: {feature!r}")
+        feature: _stats_from(entry, f"{path}: {feature!r}", "lerobot")
         for feature, entry in grouped.items()
         if "mean" in entry and "std" in entry
     }
