@@ -142,10 +142,10 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
             ],
         )
     text = str(err.value)
-    assert "actor.model.model_type 'pi05' does not match" in text and "allowed: pi0, pi05" in text
+    assert "actor.model.model_type 'pi05' does not match" in text and "allowed: pi0, pi05, smolvla" in text
     assert f"actor.model.tokenizer_path: no tokenizer directory at {tmp_path / 'absent'}" in text
     with pytest.raises(
-        ConfigError, match=r"is not a π0 checkpoint directory \(missing config\.json, model\.safetensors"
+        ConfigError, match=r"is not a LeRobot pi0 checkpoint directory \(missing config\.json, model\.safetensors"
     ):
         app.load_config(config, [*good, f"actor.model.model_path={tmp_path}"])
     with pytest.raises(ConfigError, match="needs tokenizer_path"):

@@ -11,7 +11,7 @@ The groups are driven through their role protocols (``rlinf_core.protocols``):
   ``build_demonstrations(requests) -> list[dict]`` (``prompt_ids``, ``token_ids``, ``loss_mask``),
   ``sync_model_from_actor(actor_group)``;
 - ``reward``: ``compute(responses, references)``: each episode's model text (tool outputs excluded) against
-  its answers (``searchr1``: exact match of the last ``<answer>``);
+  its answers (``searchr1``: exact match or token F1 of the last ``<answer>``);
 - ``actor``: ``run_sft(batch)``, ``run_training(batch)``, ``sync_model_to_rollout``, checkpoints.
 
 Advantages (``algorithm.adv_type: grpo_dynamic``, RLinf's multi-turn GRPO): every model turn gets a reward,

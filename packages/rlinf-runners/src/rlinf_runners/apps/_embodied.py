@@ -25,7 +25,7 @@ from rlinf_envs import (
 )
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
-from rlinf_models.policies import PolicyConfig, checkpoint_weights_file
+from rlinf_models.policies import VLA_MODEL_TYPES, PolicyConfig, checkpoint_weights_file
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
@@ -284,7 +284,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
         ]
 
     def _vla_path_problems(self, model: PolicyConfig) -> list[str]:
-        """``pi0`` / ``pi05``: the checkpoint directory (of that type), the tokenizer and the statistics exist."""
+        """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist."""
         problems: list[str] = []
         assert model.model_path is not None and model.tokenizer_path is not None
         directory = self.resolve_data_path(model.model_path)
@@ -292,15 +292,15 @@ class EmbodiedApp(App[EmbodiedConfig]):
         missing = [f for f in ("config.json", "model.safetensors") if not (directory / f).is_file()]
         if missing:
             problems.append(
-                f"actor.model.model_path: {directory} is not a π0 checkpoint directory (missing {', '.join(missing)}; "
-                "LeRobot's layout: scripts/make_tiny_pi0.py writes a tiny one)"
+                f"actor.model.model_path: {directory} is not a LeRobot {model.model_type} checkpoint directory (missing {', '.join(missing)}; "
+                "LeRobot's layout: scripts/make_tiny_pi0.py or make_tiny_smolvla.py writes a tiny one)"
             )
         else:
             kind = json.loads(config_file.read_text()).get("type")
             if kind != model.model_type:
                 problems.append(
                     f"actor.model.model_type {model.model_type!r} does not match {config_file}'s type {kind!r}; "
-                    "allowed: pi0, pi05"
+                    f"allowed: {', '.join(VLA_MODEL_TYPES)}"
                 )
         tokenizer = self.resolve_data_path(model.tokenizer_path)
         if not tokenizer.is_dir():
