@@ -145,7 +145,8 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
     assert "actor.model.model_type 'pi05' does not match" in text and "allowed: pi0, pi05, smolvla" in text
     assert f"actor.model.tokenizer_path: no tokenizer directory at {tmp_path / 'absent'}" in text
     with pytest.raises(
-        ConfigError, match=r"is not a LeRobot pi0 checkpoint directory \(missing config\.json, model\.safetensors"
+        ConfigError,
+        match=r"is not a LeRobot pi0 checkpoint directory \(missing config\.json, model\.safetensors",
     ):
         app.load_config(config, [*good, f"actor.model.model_path={tmp_path}"])
     with pytest.raises(ConfigError, match="needs tokenizer_path"):
@@ -296,3 +297,10 @@ def test_realworld_env_placement_is_checked_at_load(app: EmbodiedApp) -> None:
 def test_dynamic_scaling_is_refused_by_the_embodied_app(app: EmbodiedApp) -> None:
     with pytest.raises(ConfigError, match=r"runner\.dynamic_scaling: only the reasoning and agent apps"):
         app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", ["runner.dynamic_scaling=true"])
+
+
+def test_the_reasoning_pipeline_switch_is_refused_by_the_embodied_app(app: EmbodiedApp) -> None:
+    with pytest.raises(
+        ConfigError, match=r"runner\.pipeline / runner\.pipeline_chunk_prompts belong to the reasoning"
+    ):
+        app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", ["runner.pipeline=true"])

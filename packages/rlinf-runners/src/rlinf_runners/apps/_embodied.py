@@ -114,12 +114,19 @@ def _check_ranks(cfg: EmbodiedConfig, ws: Mapping[str, int], samples: int) -> li
 
 def _runner_problems(cfg: EmbodiedConfig) -> list[str]:
     """Runner switches the embodied runners do not implement."""
+    problems = []
     if cfg.runner.dynamic_scaling:
-        return [
+        problems.append(
             "runner.dynamic_scaling: only the reasoning and agent apps grow the actor onto the rollout's "
             "devices; set it to false"
-        ]
-    return []
+        )
+    if cfg.runner.pipeline or cfg.runner.pipeline_chunk_prompts is not None:
+        problems.append(
+            "runner.pipeline / runner.pipeline_chunk_prompts belong to the reasoning app; the embodied app "
+            "pipelines env and rollout with rollout.pipeline_stage_num and overlaps training with "
+            "runner.mode: async"
+        )
+    return problems
 
 
 def _realworld_problems(cfg: EmbodiedConfig) -> list[str]:
