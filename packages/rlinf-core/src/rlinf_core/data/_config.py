@@ -31,6 +31,9 @@ class DataConfig:
     """Row key of the reference answer(s)."""
     solution_key: str = "solution"
     """Row key of the SFT target text."""
+    image_key: str = "images"
+    """Row key of a vision-language prompt's images (file paths, relative to the dataset file, or ``data:``
+    URIs); needs a vision-language ``actor.model`` (Qwen2.5-VL)."""
     rollout_batch_size: int = attrs.field(default=8, validator=v.ge(1))
     """Prompts per generation batch; each is sampled ``algorithm.group_size`` times."""
     eval_size: int | None = attrs.field(default=None, validator=_positive_or_none)

@@ -2,8 +2,10 @@
 
 A row is a mapping with either a ``prompt`` (a user message, text) or ``messages`` (a chat:
 ``[{"role": ..., "content": ...}, ...]``), the reference ``answer`` (a string, a number, or a list of
-accepted answers) and, for SFT demonstrations, a ``solution`` (the assistant's target text). Other keys are
-kept in :attr:`PromptExample.extra`. Errors name the file, the line (JSONL) or row (Parquet) and the key.
+accepted answers) and, for SFT demonstrations, a ``solution`` (the assistant's target text). A row of a
+vision-language task also carries ``images``: a list of image references (a file path, relative paths taken
+from the dataset file's directory, or a ``data:image/...;base64,`` URI) that the prompt shows, in order. Other
+keys are kept in :attr:`PromptExample.extra`. Errors name the file, the line (JSONL) or row (Parquet) and the key.
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ class PromptExample:
         answers: the accepted reference answers (strings), possibly empty for unlabelled prompts.
         solution: the assistant's target text for SFT (``None`` when the row has none).
         extra: the row's other keys.
+        images: the prompt's images, in order: absolute file paths or ``data:`` URIs (empty for text).
     """
 
     messages: tuple[Mapping[str, str], ...]
     answers: tuple[str, ...] = ()
     solution: str | None = None
+    images: tuple[str, ...] = ()
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
@@ -120,6 +124,27 @@ def _messages(value: Any, where: str, key: str) -> tuple[Mapping[str, str], ...]
     return tuple(out)
 
 
+def _images(value: Any, where: str, key: str, base: Path) -> tuple[str, ...]:
+    """Image references of a row: relative paths resolved from ``base``, ``data:`` URIs kept as they are."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise DatasetError(f"{where}: {key!r} must be a list of image paths or data: URIs")
+    out = []
+    for i, ref in enumerate(value):
+        if not isinstance(ref, str) or not ref:
+            raise DatasetError(f"{where}: {key}[{i}] must be a non-empty string (a path or a data: URI)")
+        if ref.startswith("data:"):
+            out.append(ref)
+            continue
+        path = Path(ref).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise DatasetError(f"{where}: {key}[{i}] {ref!r} is not a file (looked at {path})")
+        out.append(str(path))
+    return tuple(out)
+
+
 def _example(
     row: Any,
     where: str,
@@ -130,6 +155,8 @@ def _example(
     solution_key: str,
     require_answer: bool,
     require_solution: bool,
+    image_key: str = "images",
+    base: Path = Path(),
 ) -> PromptExample:
     if not isinstance(row, Mapping):
         raise DatasetError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
@@ -156,9 +183,10 @@ def _example(
         )
     if solution is not None and not isinstance(solution, str):
         raise DatasetError(f"{where}: {solution_key!r} must be a string, got {type(solution).__name__}")
-    used = {prompt_key, messages_key, answer_key, solution_key}
+    images = _images(row.get(image_key), where, image_key, base)
+    used = {prompt_key, messages_key, answer_key, solution_key, image_key}
     extra = {k: v for k, v in row.items() if k not in used}
-    return PromptExample(messages=messages, answers=answers, solution=solution, extra=extra)
+    return PromptExample(messages=messages, answers=answers, solution=solution, extra=extra, images=images)
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
@@ -193,6 +221,7 @@ def load_prompt_dataset(
     messages_key: str = "messages",
     answer_key: str = "answer",
     solution_key: str = "solution",
+    image_key: str = "images",
     require_answer: bool = True,
     require_solution: bool = False,
     limit: int | None = None,
@@ -205,6 +234,8 @@ def load_prompt_dataset(
         messages_key: key of a chat prompt (a list of ``{"role", "content"}``); used when present.
         answer_key: key of the reference answer(s).
         solution_key: key of the SFT target text.
+        image_key: key of the prompt's images (paths, relative ones from the file's directory, or ``data:``
+            URIs); rows without it are text prompts.
         require_answer: every row must have an answer (RL with a verifier needs it).
         require_solution: every row must have a solution (SFT data).
         limit: read at most this many rows.
@@ -214,7 +245,8 @@ def load_prompt_dataset(
 
     Raises:
         DatasetError: for a missing or empty file, an unknown suffix, invalid JSON, or a row without a
-            required key (the message names the file, the line/row and the key).
+            required key or an image file that does not exist (the message names the file, the line/row and
+            the key).
         ImportError: for a Parquet file without pyarrow installed.
     """
     path = Path(path)
@@ -241,6 +273,8 @@ def load_prompt_dataset(
                 solution_key=solution_key,
                 require_answer=require_answer,
                 require_solution=require_solution,
+                image_key=image_key,
+                base=path.parent,
             )
         )
         if limit is not None and len(examples) >= limit:

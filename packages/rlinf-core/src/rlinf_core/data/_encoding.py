@@ -8,14 +8,21 @@ rlinf-core imports no tokenizer library: :class:`ChatPromptEncoder` duck-types t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from ._dataset import PromptExample
 
-__all__ = ["ChatPromptEncoder", "PromptEncoder", "pack_sequences"]
+__all__ = [
+    "ChatPromptEncoder",
+    "ImagePromptEncoder",
+    "PromptEncoder",
+    "pack_images",
+    "pack_sequences",
+    "unpack_images",
+]
 
 
 class PromptEncoder(Protocol):
@@ -31,6 +38,64 @@ class PromptEncoder(Protocol):
     def encode_completion(self, text: str) -> list[int]:
         """Token ids of an assistant answer (SFT target), ending with the end-of-turn token."""
         ...
+
+
+@runtime_checkable
+class ImagePromptEncoder(PromptEncoder, Protocol):
+    """A :class:`PromptEncoder` of a vision-language model: prompts may show images.
+
+    :meth:`encode_prompt` returns the ids the model reads, image placeholders included (one token per image
+    embedding), and :meth:`prompt_images` the pixels those placeholders stand for, in the same order.
+    """
+
+    def prompt_images(self, example: PromptExample) -> list[npt.NDArray[np.uint8]]:
+        """The example's images as ``[H, W, 3]`` uint8 RGB arrays (empty for a text prompt)."""
+        ...
+
+
+def pack_images(rows: Sequence[Sequence[npt.NDArray[np.uint8]]]) -> dict[str, npt.NDArray[Any]]:
+    """Pad each row's images into one array that travels with the batch rows (sliced, shuffled, sharded alike).
+
+    Args:
+        rows: ``N`` lists of ``[H, W, 3]`` uint8 images (any count and sizes; a row may have none).
+
+    Returns:
+        ``images [N, K, H_max, W_max, 3] uint8`` (each image in the top-left corner, zeros elsewhere) and
+        ``image_sizes [N, K, 2] int64`` (``(H, W)`` of each image; ``(0, 0)`` marks a missing one), where ``K``
+        is the most images of a row (at least 1).
+
+    Raises:
+        ValueError: for an image that is not ``[H, W, 3]`` uint8.
+    """
+    n = len(rows)
+    k = max([1, *(len(r) for r in rows)])
+    shapes = []
+    for i, row in enumerate(rows):
+        for j, img in enumerate(row):
+            if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+                raise ValueError(
+                    f"rows[{i}][{j}] must be an [H, W, 3] uint8 image, got {img.dtype} {img.shape}"
+                )
+            shapes.append(img.shape)
+    h = max([1, *(s[0] for s in shapes)])
+    w = max([1, *(s[1] for s in shapes)])
+    images = np.zeros((n, k, h, w, 3), dtype=np.uint8)
+    sizes = np.zeros((n, k, 2), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for j, img in enumerate(row):
+            images[i, j, : img.shape[0], : img.shape[1]] = img
+            sizes[i, j] = img.shape[:2]
+    return {"images": images, "image_sizes": sizes}
+
+
+def unpack_images(
+    images: npt.NDArray[np.uint8], image_sizes: npt.NDArray[Any]
+) -> list[list[npt.NDArray[np.uint8]]]:
+    """The inverse of :func:`pack_images`: each row's images, cropped to their sizes."""
+    return [
+        [images[i, j, : int(hw[0]), : int(hw[1])] for j, hw in enumerate(image_sizes[i]) if hw[0] > 0]
+        for i in range(images.shape[0])
+    ]
 
 
 class ChatPromptEncoder:

@@ -267,8 +267,12 @@ class LLMRollout(RolloutRole, OffloadRole, Protocol):
         sampling: Mapping[str, Any] | None = None,
         *,
         shard: bool = True,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[dict[str, Any]]:
-        """One output dict (``token_ids``, ``logprobs``, ``text``, ``finish_reason``) per prompt of the share."""
+        """One output dict (``token_ids``, ``logprobs``, ``text``, ``finish_reason``) per prompt of the share.
+
+        ``images``: each prompt's ``[H, W, 3]`` uint8 images, for a vision-language model (sharded with the prompts).
+        """
         ...
 
 
