@@ -49,7 +49,8 @@ def check_batch(
 
     Returns:
         ``input_ids`` (int64), ``attention_mask`` / ``loss_mask`` (int64) and the ``float_keys`` (float32)
-        present in ``batch``.
+        present in ``batch``; a vision-language batch's ``images [N, K, H, W, 3]`` (uint8) and
+        ``image_sizes [N, K, 2]`` (int64) as they are.
     """
     if not isinstance(batch, Mapping):
         raise TypeError(f"batch must be a mapping of [N, T] arrays, got {type(batch).__name__}")
@@ -69,4 +70,19 @@ def check_batch(
                 f"batch[{key!r}] must be [N, T] = {list(ids.shape)} like input_ids, got {list(t.shape)}"
             )
         out[key] = t.float().cpu() if key in float_keys else t.long().cpu()
+    if batch.get("images") is not None:
+        images, sizes = (
+            as_tensor("images", batch["images"]),
+            as_tensor("image_sizes", batch.get("image_sizes")),
+        )
+        n = ids.shape[0]
+        if images.ndim != 5 or images.shape[0] != n or images.shape[-1] != 3 or images.dtype != torch.uint8:
+            raise ValueError(
+                f"batch['images'] must be [N, K, H, W, 3] uint8 with N = {n}, got {images.dtype} {tuple(images.shape)}"
+            )
+        if tuple(sizes.shape) != (n, images.shape[1], 2):
+            raise ValueError(
+                f"batch['image_sizes'] must be [N, K, 2] = {[n, images.shape[1], 2]}, got {list(sizes.shape)}"
+            )
+        out["images"], out["image_sizes"] = images.cpu(), sizes.long().cpu()
     return out

@@ -8,7 +8,9 @@ Batch contract (``N`` sequences of ``T`` tokens; torch tensors or numpy arrays; 
 - optional ``old_logprobs [N, T]`` (behaviour log-probs for the PPO ratio; recomputed when absent),
   ``ref_logprobs [N, T]`` (computed when absent and ``algorithm.kl_beta > 0``), ``values``/``prev_values [N, T]``
   (computed when absent and the loss has a critic), ``returns [N, T]`` (required by critic losses),
-  ``rollout_logprobs [N, T]`` (only for the ``actor/rollout_logprob_diff`` metric).
+  ``rollout_logprobs [N, T]`` (only for the ``actor/rollout_logprob_diff`` metric);
+- a vision-language model's (Qwen2.5-VL) packed prompt images: ``images [N, K, H, W, 3]`` uint8 and
+  ``image_sizes [N, K, 2]`` (:func:`rlinf_core.data.pack_images`), sliced by rows with the rest.
 
 Index ``t`` of every per-token tensor belongs to ``input_ids[:, t]`` (log-prob of that token given the ones
 before; see :class:`~rlinf_models.llm.CausalLMPolicy`).
@@ -66,6 +68,7 @@ from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
 from ._lora import ADAPTER_DIR, apply_lora, merge_lora_state, write_peft_adapter
 from ._policy import CausalLMPolicy
+from ._vlm import VLMPolicy, images_of, is_vision_language, load_image_processor
 
 __all__ = ["CHECKPOINT_SUBDIR", "FSDPActorBackend"]
 
@@ -85,6 +88,13 @@ def _shard(policy: CausalLMPolicy, mesh: Any, *, cpu_offload: bool) -> None:
     decoder = policy.model.get_decoder()
     for layer in getattr(decoder, "layers", []):
         fully_shard(layer, **kwargs)
+    visual = getattr(getattr(policy.model, "model", None), "visual", None)
+    if (
+        visual is not None
+    ):  # a vision-language model: one unit per vision block, one for the rest of the tower
+        for block in getattr(visual, "blocks", []):
+            fully_shard(block, **kwargs)
+        fully_shard(visual, **kwargs)
     if policy.value_head is not None:
         # Its own unit: the float32 head never shares an all-gather with bfloat16 model weights.
         fully_shard(policy.value_head, **kwargs)
@@ -125,6 +135,9 @@ def _live_columns(attention_mask: torch.Tensor) -> slice:
         lo, hi = (lo, lo + 2) if lo + 2 <= t else (t - 2, t)
     return slice(lo, hi)
 
+
+_IMAGE_KEYS = ("images", "image_sizes")
+"""A vision-language batch's packed images: row-aligned, but not ``[N, T]`` (never cut by columns)."""
 
 _FLOAT_KEYS = (
     "advantages",
@@ -240,10 +253,18 @@ class FSDPActorBackend:
         model = load_causal_lm(self.cfg.model)
         if trainable and self.cfg.model.is_lora:
             model = apply_lora(model, self.cfg.model)  # the reference model stays the base model
-        policy = CausalLMPolicy(
-            model,
-            add_value_head=self.cfg.model.add_value_head and trainable,
-            logprob_chunk_size=self.cfg.logprob_chunk_size,
+        value_head = self.cfg.model.add_value_head and trainable
+        policy = (
+            VLMPolicy(
+                model,
+                load_image_processor(self.cfg.model),
+                add_value_head=value_head,
+                logprob_chunk_size=self.cfg.logprob_chunk_size,
+            )
+            if is_vision_language(self.cfg.model.model_path)
+            else CausalLMPolicy(
+                model, add_value_head=value_head, logprob_chunk_size=self.cfg.logprob_chunk_size
+            )
         ).to(self.device)
         if not trainable:
             policy.requires_grad_(False)
@@ -275,8 +296,9 @@ class FSDPActorBackend:
         *,
         values: bool,
         score_mask: torch.Tensor | None = None,
+        vision: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """No-grad log-probs (and values) of ``ids`` in micro-batches on this rank."""
+        """No-grad log-probs (and values) of ``ids`` (with their packed images) in micro-batches on this rank."""
         mbs = self.cfg.micro_batch_size
         lps, vals = [], []
         policy.eval()
@@ -291,6 +313,7 @@ class FSDPActorBackend:
                     compute_values=values,
                     score_mask=sel,
                     remove_padding=self.cfg.use_remove_padding,
+                    vision=images_of(vision or {}, slice(s, s + mbs)),
                 )
                 rows = min(mbs, ids.shape[0] - s)
                 lp = out["logprobs"].new_zeros((rows, ids.shape[1]))
@@ -327,7 +350,8 @@ class FSDPActorBackend:
         ids_l, mask_l = ids[rows], mask[rows]
         # Only loss-mask positions are ever used: skip the vocabulary projection elsewhere.
         sel = b["loss_mask"][rows] if "loss_mask" in b else None
-        out = self._score(self.policy, ids_l, mask_l, values=values, score_mask=sel)
+        vision = images_of(b, rows)
+        out = self._score(self.policy, ids_l, mask_l, values=values, score_mask=sel, vision=vision)
         result = {"logprobs": self._gather_rows(out["logprobs"], n)}
         if values:
             result["values"] = self._gather_rows(out["values"], n)
@@ -335,7 +359,10 @@ class FSDPActorBackend:
             if self.ref_policy is None:
                 raise RuntimeError("no reference model: set algorithm.kl_beta (or reinpp_kl_beta) > 0")
             result["ref_logprobs"] = self._gather_rows(
-                self._score(self.ref_policy, ids_l, mask_l, values=False, score_mask=sel)["logprobs"], n
+                self._score(self.ref_policy, ids_l, mask_l, values=False, score_mask=sel, vision=vision)[
+                    "logprobs"
+                ],
+                n,
             )
         return result
 
@@ -413,7 +440,12 @@ class FSDPActorBackend:
                 self.offload()
 
     def _micro_loss(
-        self, mb: Mapping[str, torch.Tensor], *, on_policy: bool, has_loss_tokens: bool = True
+        self,
+        mb: Mapping[str, torch.Tensor],
+        *,
+        on_policy: bool,
+        has_loss_tokens: bool = True,
+        vision: Mapping[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
         alg = self.algorithm
         mask = mb["loss_mask"].bool()
@@ -425,6 +457,7 @@ class FSDPActorBackend:
             compute_values=self.critic,
             score_mask=mb["loss_mask"],
             remove_padding=self.cfg.use_remove_padding,
+            vision=vision,
         )
         logprobs = out["logprobs"]
         old = logprobs.detach() if on_policy else mb["old_logprobs"]
@@ -552,9 +585,10 @@ class FSDPActorBackend:
         def loss_fn(sel: torch.Tensor) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
             cols = _live_columns(b["attention_mask"][sel])
             return self._micro_loss(
-                {key: val[sel][:, cols].to(self.device) for key, val in b.items()},
+                {key: val[sel][:, cols].to(self.device) for key, val in b.items() if key not in _IMAGE_KEYS},
                 on_policy=on_policy,
                 has_loss_tokens=bool(b["loss_mask"][sel].any()),  # read on the host: no wait for the GPU
+                vision=images_of(b, sel),
             )
 
         def step(rows: torch.Tensor) -> None:
@@ -613,18 +647,24 @@ class FSDPActorBackend:
                     raise RuntimeError("no reference model: set algorithm.kl_beta > 0")
                 sel = b["loss_mask"]
                 b["ref_logprobs"] = self._score(
-                    self.ref_policy, b["input_ids"], b["attention_mask"], values=False, score_mask=sel
+                    self.ref_policy,
+                    b["input_ids"],
+                    b["attention_mask"],
+                    values=False,
+                    score_mask=sel,
+                    vision=images_of(b),
                 )["logprobs"]
             if self.critic and "prev_values" not in b:
-                b["prev_values"] = self._score(self.policy, b["input_ids"], b["attention_mask"], values=True)[
-                    "values"
-                ]
+                b["prev_values"] = self._score(
+                    self.policy, b["input_ids"], b["attention_mask"], values=True, vision=images_of(b)
+                )["values"]
             self.policy.train()
             cols = _live_columns(b["attention_mask"])
             loss, values = self._micro_loss(
-                {key: val[:, cols].to(self.device) for key, val in b.items()},
+                {key: val[:, cols].to(self.device) for key, val in b.items() if key not in _IMAGE_KEYS},
                 on_policy=True,
                 has_loss_tokens=bool(b["loss_mask"].any()),
+                vision=images_of(b),
             )
             loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             metrics.add(values, 1.0)
@@ -696,6 +736,7 @@ class FSDPActorBackend:
         share = n // world
         rows = slice(self.rank * share, (self.rank + 1) * share)
         ids, attn, lmask = b["input_ids"][rows], b["attention_mask"][rows], mask_all[rows]
+        vision = images_of(b, rows)
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # read back once, after the step
@@ -708,6 +749,7 @@ class FSDPActorBackend:
                 compute_values=False,
                 score_mask=m,
                 remove_padding=self.cfg.use_remove_padding,
+                vision=images_of(vision or {}, sel),
             )
             nll = -(out["logprobs"] * m).sum()
             # FSDP averages gradients over ranks: scale by W so the result is the global token mean.

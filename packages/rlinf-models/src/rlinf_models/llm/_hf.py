@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import uuid
@@ -14,7 +15,13 @@ from typing import Any
 
 try:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoTokenizer,
+        GenerationConfig,
+        PreTrainedModel,
+    )
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -143,6 +150,10 @@ def resolve_model_path(path: str | os.PathLike[str]) -> Path:
     return local
 
 
+def _config_keys(path: Path) -> set[str]:
+    return set(json.loads((path / "config.json").read_text(encoding="utf-8")))
+
+
 def load_tokenizer(cfg: LLMModelConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of ``cfg`` (``tokenizer_path`` or ``model_path``); ``pad_token`` defaults to ``eos_token``."""
     source = cfg.tokenizer_path if cfg.tokenizer_path is not None else cfg.model_path
@@ -162,13 +173,18 @@ def load_causal_lm(
 ) -> PreTrainedModel:
     """The causal LM of ``cfg`` in ``cfg.dtype`` (eval mode, on ``device`` or the CPU).
 
+    A vision-language checkpoint (``config.json`` with a ``vision_config``, e.g. Qwen2.5-VL) loads with
+    ``AutoModelForImageTextToText`` (``Qwen2_5_VLForConditionalGeneration``), any other with
+    ``AutoModelForCausalLM``.
+
     Args:
         cfg: Model configuration.
         device: Target device (default CPU).
         **kwargs: Extra ``from_pretrained`` keyword arguments (e.g. ``low_cpu_mem_usage``).
     """
     path = resolve_model_path(cfg.model_path)
-    model = AutoModelForCausalLM.from_pretrained(
+    auto = AutoModelForImageTextToText if "vision_config" in _config_keys(path) else AutoModelForCausalLM
+    model = auto.from_pretrained(
         path, dtype=torch_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation, **kwargs
     )
     if cfg.gradient_checkpointing:

@@ -13,6 +13,7 @@ and column 0 (no context) is 0. Positions come from the attention mask (``cumsum
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -159,7 +160,7 @@ class CausalLMPolicy(nn.Module):
         super().__init__()
         self.model: PreTrainedModel = model
         self.logprob_chunk_size = None if logprob_chunk_size is None else int(logprob_chunk_size)
-        hidden_size = int(model.config.hidden_size)
+        hidden_size = int(model.config.get_text_config().hidden_size)
         self.value_head: nn.Linear | None = None
         if add_value_head:
             self.value_head = nn.Linear(hidden_size, 1, dtype=torch.float32)
@@ -176,6 +177,28 @@ class CausalLMPolicy(nn.Module):
         """Keys of the wrapped HF model's state dict."""
         return list(self.model.state_dict().keys())
 
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        remove_padding: bool = False,
+        vision: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``[B, T, H]`` last hidden states of the decoder (see :meth:`forward` for the arguments)."""
+        if vision is not None:
+            raise ValueError(
+                "images given to a text-only model: actor.model.model_path is not a vision-language model"
+            )
+        positions = position_ids_from_mask(attention_mask)
+        base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+        if remove_padding:
+            return _packed_hidden(base, input_ids, attention_mask, positions)
+        hidden: torch.Tensor = base(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+        ).last_hidden_state
+        return hidden
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -186,6 +209,7 @@ class CausalLMPolicy(nn.Module):
         compute_values: bool = True,
         score_mask: torch.Tensor | None = None,
         remove_padding: bool = False,
+        vision: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
         """Score every token of a batch (see the module docstring for the alignment).
 
@@ -202,6 +226,8 @@ class CausalLMPolicy(nn.Module):
                 keeps the rows apart (a block-diagonal causal mask for ``sdpa`` / ``eager``, variable-length
                 kernels for ``flash_attention_2``). The outputs equal the padded path's up to float error and
                 the decoder does no work on padding.
+            vision: A vision-language policy's packed images (``images [B, K, H, W, 3]`` uint8,
+                ``image_sizes [B, K, 2]``; see :class:`~rlinf_models.llm.VLMPolicy`); ``None`` for text.
 
         Returns:
             ``{"logprobs": [B, T] float32, "entropy": [B, T] (if asked), "values": [B, T] (if value head)}``;
@@ -214,14 +240,7 @@ class CausalLMPolicy(nn.Module):
             )
         b, t = input_ids.shape
         out: dict[str, torch.Tensor] = {}
-        positions = position_ids_from_mask(attention_mask)
-        base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
-        if remove_padding:
-            hidden = _packed_hidden(base, input_ids, attention_mask, positions)
-        else:
-            hidden = base(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
-            ).last_hidden_state  # [B, T, H]
+        hidden = self.hidden_states(input_ids, attention_mask, remove_padding=remove_padding, vision=vision)
         prev = hidden[:, :-1].reshape(b * (t - 1), -1)
         targets = input_ids[:, 1:].reshape(-1)
         rows = None

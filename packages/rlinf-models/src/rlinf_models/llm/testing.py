@@ -26,8 +26,11 @@ try:
         GenerationConfig,
         LlamaConfig,
         PreTrainedTokenizerFast,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
         Qwen2Config,
     )
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f'rlinf_models.llm.testing needs the Hugging Face stack ({e}): pip install "rlinf-models[hf]"'
@@ -37,8 +40,11 @@ __all__ = [
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "TOOL_TOKENS",
+    "VISION_TOKENS",
+    "VLM_CHAT_TEMPLATE",
     "local_llm_actor",
     "make_tiny_model_dir",
+    "make_tiny_vlm_dir",
     "random_grpo_batch",
 ]
 
@@ -68,6 +74,23 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """ChatML (Qwen-style) template; ``tool`` messages are wrapped in ``<tool_response>`` tags."""
+
+VISION_TOKENS: tuple[str, ...] = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Qwen2-VL's vision tokens, added to the tiny VLM's tokenizer as special tokens (after the BPE vocabulary)."""
+
+VLM_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML with Qwen2-VL's image parts: ``{"type": "image"}`` renders as ``<|vision_start|><|image_pad|><|vision_end|>``."""
 
 _QWEN2_PRETOKENIZE_REGEX = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
@@ -267,3 +290,128 @@ def random_grpo_batch(
         "loss_mask": loss_mask,
         "advantages": adv,
     }
+
+
+def make_tiny_vlm_dir(
+    path: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    vision_depth: int = 2,
+    vision_hidden_size: int = 32,
+    seed: int = 0,
+    vocab_size: int = 512,
+    max_pixels: int = 112 * 112,
+) -> Path:
+    """Write a tiny randomly initialised Qwen2.5-VL checkpoint with its tokenizer and image processor.
+
+    The directory has what a real Qwen2.5-VL checkpoint has for this code path: ``config.json``
+    (``model_type: qwen2_5_vl``, a ``text_config`` and a ``vision_config``), ``model.safetensors``, the tokenizer
+    files (the tiny BPE of :func:`make_tiny_model_dir` plus :data:`VISION_TOKENS`, chat template
+    :data:`VLM_CHAT_TEMPLATE`) and ``preprocessor_config.json`` (Qwen2-VL's image processor: 14-pixel patches,
+    merged 2 x 2, images resized to at most ``max_pixels``). It loads with
+    ``AutoModelForImageTextToText`` / ``AutoTokenizer`` / ``AutoImageProcessor.from_pretrained``. The same
+    arguments always give byte-identical weights.
+
+    Args:
+        path: output directory.
+        hidden_size: width of the language model (a multiple of 16: 4 heads of ``hidden_size / 4``).
+        num_layers: decoder layers.
+        vision_depth: vision transformer blocks (the last one uses full attention, the others windows).
+        vision_hidden_size: width of the vision transformer (2 heads).
+        seed: seed of the weight initialisation.
+        vocab_size: BPE vocabulary size before the vision tokens.
+        max_pixels: largest image area after the processor's resize (smaller images keep their size, rounded
+            to multiples of 28, at least 56 x 56).
+
+    Returns:
+        The checkpoint directory.
+    """
+    if hidden_size < 16 or hidden_size % 16:
+        raise ValueError(f"hidden_size must be a positive multiple of 16, got {hidden_size}")
+    if vision_hidden_size < 8 or vision_hidden_size % 8:
+        raise ValueError(f"vision_hidden_size must be a positive multiple of 8, got {vision_hidden_size}")
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = _train_tokenizer(vocab_size)
+    raw.add_special_tokens(list(VISION_TOKENS))
+    eos = "<|im_end|>"
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        eos_token=eos,
+        pad_token=eos,
+        unk_token=None,
+        bos_token=None,
+        additional_special_tokens=[SPECIAL_TOKENS[1], *VISION_TOKENS],
+        model_max_length=4096,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+    ids: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *VISION_TOKENS):
+        found = raw.token_to_id(token)
+        assert found is not None  # added as special tokens above
+        ids[token] = found
+    half = hidden_size // 4 // 2
+    # Qwen2.5-VL splits each head's rotary frequencies over (time, height, width), in its proportions
+    # (16, 24, 24 of 64); the sections sum to head_dim / 2.
+    spatial = 3 * half // 8
+    mrope = [half - 2 * spatial, spatial, spatial]
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": raw.get_vocab_size(),
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": num_layers,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+            "bos_token_id": ids[SPECIAL_TOKENS[0]],
+            "eos_token_id": ids[eos],
+            "pad_token_id": ids[eos],
+        },
+        vision_config={
+            "depth": vision_depth,
+            "hidden_size": vision_hidden_size,
+            "intermediate_size": 2 * vision_hidden_size,
+            "num_heads": 2,
+            "out_hidden_size": hidden_size,
+            "fullatt_block_indexes": [vision_depth - 1],
+            "window_size": 56,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        tie_word_embeddings=True,
+    )
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Qwen2_5_VLForConditionalGeneration(config)
+        model.float()
+    finally:
+        torch.random.set_rng_state(state)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids[SPECIAL_TOKENS[0]], eos_token_id=ids[eos], pad_token_id=ids[eos]
+    )
+    model.save_pretrained(out)
+    Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_pixels).save_pretrained(out)
+    meta = {
+        "rlinf_tiny_model": {
+            "arch": "qwen2_5_vl",
+            "hidden_size": hidden_size,
+            "num_layers": num_layers,
+            "vision_depth": vision_depth,
+            "seed": seed,
+        }
+    }
+    (out / "rlinf_tiny_model.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out

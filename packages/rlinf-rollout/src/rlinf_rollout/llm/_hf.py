@@ -6,10 +6,13 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 try:
     from rlinf_models.llm import LLMModelConfig, load_causal_lm, load_tokenizer
+    from rlinf_models.llm._vlm import is_vision_language, load_image_processor, processor_inputs
     from transformers import (
         GenerationConfig,
         LogitsProcessor,
@@ -25,6 +28,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from ._types import FinishReason, GenerationOutput, SamplingConfig
 
 __all__ = ["HFGenerateEngine"]
+
+Images = Sequence[Sequence[npt.NDArray[np.uint8]]]
+"""Each prompt's images, ``[H, W, 3]`` uint8 (vision-language models)."""
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -102,6 +108,10 @@ class HFGenerateEngine:
     ``model.generate`` call, whose per-step work is extended only by one ``logsumexp`` over the vocabulary
     (for the logprobs) and, when ``sampling.stop`` is set, one ``batch_decode`` of the last few tokens.
 
+    A vision-language checkpoint (Qwen2.5-VL) also loads its image processor and generates from prompts with
+    images: ``generate(prompts, sampling, images=...)``, the prompts holding the expanded image placeholders
+    (:class:`rlinf_models.llm.VLMPromptEncoder`).
+
     Args:
         model_cfg: Model and tokenizer to load (``rlinf_models.llm.LLMModelConfig``).
         max_batch_size: Most sequences per ``generate`` call.
@@ -118,7 +128,8 @@ class HFGenerateEngine:
     ) -> None:
         tokenizer = load_tokenizer(model_cfg)
         model = load_causal_lm(model_cfg)
-        self._setup(model, tokenizer, max_batch_size=max_batch_size, device=device)
+        processor = load_image_processor(model_cfg) if is_vision_language(model_cfg.model_path) else None
+        self._setup(model, tokenizer, max_batch_size=max_batch_size, device=device, image_processor=processor)
 
     @classmethod
     def from_model(
@@ -128,6 +139,7 @@ class HFGenerateEngine:
         *,
         max_batch_size: int = 64,
         device: str | torch.device | None = None,
+        image_processor: Any = None,
     ) -> HFGenerateEngine:
         """An engine around an already loaded HF causal LM and its tokenizer (shared, not copied).
 
@@ -139,19 +151,29 @@ class HFGenerateEngine:
             tokenizer: Its tokenizer (``decode`` / ``batch_decode``; ``eos_token_id``, ``pad_token_id``).
             max_batch_size: Most sequences per ``generate`` call.
             device: Torch device (``None``: ``cuda`` when available, else ``cpu``).
+            image_processor: A vision-language model's image processor (``None``: text prompts only).
         """
         engine = cls.__new__(cls)
-        engine._setup(model, tokenizer, max_batch_size=max_batch_size, device=device)
+        engine._setup(
+            model, tokenizer, max_batch_size=max_batch_size, device=device, image_processor=image_processor
+        )
         return engine
 
     def _setup(
-        self, model: Any, tokenizer: Any, *, max_batch_size: int, device: str | torch.device | None
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int,
+        device: str | torch.device | None,
+        image_processor: Any = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.device = torch.device(device) if device is not None else _default_device()
         self.max_batch_size = max_batch_size
         self.tokenizer = tokenizer
+        self.image_processor = image_processor
         self.model = model.to(self.device).eval()
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
@@ -168,13 +190,21 @@ class HFGenerateEngine:
         self._offloaded = False
         self._closed = False
 
+    @property
+    def supports_images(self) -> bool:
+        """Whether :meth:`generate` takes images (a vision-language model with its image processor)."""
+        return self.image_processor is not None
+
     # ------------------------------------------------------------------------------------------ public
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, images: Images | None = None
+    ) -> list[GenerationOutput]:
         """Generate one continuation per prompt.
 
         Args:
             prompts: Token ids of each prompt (non-empty; any lengths).
             sampling: Sampling parameters (``seed`` reseeds torch's generator first when set).
+            images: Each prompt's images (vision-language models), matching its expanded placeholders.
 
         Returns:
             One :class:`GenerationOutput` per prompt, in the order of ``prompts``.
@@ -187,6 +217,10 @@ class HFGenerateEngine:
         batch = [_as_token_list(p, i) for i, p in enumerate(prompts)]
         if not batch:
             return []
+        if images is not None and len(images) != len(batch):
+            raise ValueError(f"{len(images)} image lists for {len(batch)} prompts")
+        if images is not None and any(images) and self.image_processor is None:
+            raise ValueError("images given to a text-only model (its checkpoint has no vision_config)")
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         # Longest first: rows of a micro-batch have similar lengths, so little padding is decoded.
@@ -194,7 +228,10 @@ class HFGenerateEngine:
         results: list[GenerationOutput | None] = [None] * len(batch)
         for start in range(0, len(order), self.max_batch_size):
             idx = order[start : start + self.max_batch_size]
-            for i, out in zip(idx, self._generate_batch([batch[i] for i in idx], sampling), strict=True):
+            rows = None if images is None else [images[i] for i in idx]
+            for i, out in zip(
+                idx, self._generate_batch([batch[i] for i in idx], sampling, rows), strict=True
+            ):
                 results[i] = out
         return [r for r in results if r is not None]
 
@@ -255,8 +292,22 @@ class HFGenerateEngine:
         if self._offloaded:
             raise RuntimeError("HFGenerateEngine is offloaded: call onload() before generate()")
 
+    def _vision_kwargs(self, input_ids: torch.Tensor, images: Images | None) -> dict[str, torch.Tensor]:
+        """``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids`` of a micro-batch with images."""
+        inputs = None if images is None else processor_inputs(images, self.image_processor)
+        if inputs is None:
+            return {}
+        token_types = (input_ids == int(self.model.config.image_token_id)).int()
+        return {
+            "pixel_values": inputs["pixel_values"].to(self.device),
+            "image_grid_thw": inputs["image_grid_thw"].to(self.device),
+            "mm_token_type_ids": token_types.to(self.device),
+        }
+
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig, images: Images | None = None
+    ) -> list[GenerationOutput]:
         rows, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((rows, width), dtype=torch.long)
@@ -271,6 +322,7 @@ class HFGenerateEngine:
             generation_config=_generation_config(sampling, self.eos_token_ids, self.pad_token_id),
             logits_processor=LogitsProcessorList([recorder]),
             stopping_criteria=StoppingCriteriaList([stopper]) if stopper is not None else None,
+            **self._vision_kwargs(input_ids, images),
         )
         generated = sequences[:, width:]
         logprobs = recorder.finish(generated)

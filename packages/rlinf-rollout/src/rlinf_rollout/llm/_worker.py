@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
 from rlinf_core.protocols import receive_weights
@@ -59,6 +61,7 @@ class LLMRolloutWorker(Worker):
         sampling: Mapping[str, Any] | None = None,
         *,
         shard: bool = True,
+        images: Sequence[Sequence[npt.NDArray[np.uint8]]] | None = None,
     ) -> list[dict[str, Any]]:
         """Generate a continuation of each prompt (this rank's share of them when ``shard``).
 
@@ -67,6 +70,8 @@ class LLMRolloutWorker(Worker):
             sampling: Overrides of ``cfg.sampling`` fields (``temperature``, ``top_p``, ``top_k``,
                 ``max_new_tokens``, ``stop``, ``include_stop_str_in_output``, ``seed``).
             shard: Take only this rank's contiguous share of ``prompts`` (see the class docstring).
+            images: Each prompt's ``[H, W, 3]`` uint8 images (a vision-language model; sharded with the prompts).
+                Only the ``hf`` engine generates from images.
 
         When the engine is offloaded (``cfg.enable_offload`` or an explicit :meth:`offload`), it is onloaded for
         this call and offloaded again afterwards.
@@ -79,12 +84,23 @@ class LLMRolloutWorker(Worker):
         if shard:
             start, stop = shard_bounds(len(prompts), self.rank, self.world_size)
             prompts = prompts[start:stop]
+            images = None if images is None else images[start:stop]
+        if images is not None and not any(images):
+            images = None
+        if images is not None and not getattr(self.engine, "supports_images", False):
+            raise NotImplementedError(
+                f"rollout.engine {self.cfg.engine!r} with this model does not generate from images: prompts with "
+                "images need rollout.engine: hf and a vision-language actor.model (Qwen2.5-VL)"
+            )
         reload = self._offloaded  # generating while offloaded: onload for this call, then offload again
         if reload:
             self.onload()
         try:
             with self.timer("generate"):
-                outputs = self.engine.generate(prompts, params)
+                if images is None:
+                    outputs = self.engine.generate(prompts, params)
+                else:  # supports_images: the HF engine
+                    outputs = self.engine.generate(prompts, params, images)  # type: ignore[call-arg]
         finally:
             if reload:
                 self.offload()
