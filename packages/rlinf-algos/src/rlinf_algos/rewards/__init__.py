@@ -19,9 +19,11 @@ from ._reward_registry import (
 from ._sandbox import SandboxLimits, SandboxResult, TestResult, run_sandboxed
 from ._searchr1 import SEARCHR1_METRICS, SearchR1Reward, answer_f1, normalize_answer, searchr1_score
 from ._verifier import AnswerVerifier, SampleReferences
+from ._vqa import VQA_REWARD_TERMS, VQAReward, normalize_vqa_answer, vqa_accuracy, vqa_format_scores
 
 __all__ = [
     "SEARCHR1_METRICS",
+    "VQA_REWARD_TERMS",
     "AnswerVerifier",
     "CodeReward",
     "CodeScore",
@@ -31,6 +33,7 @@ __all__ = [
     "SandboxResult",
     "SearchR1Reward",
     "TestResult",
+    "VQAReward",
     "answer_f1",
     "extract_code",
     "extract_final_answer",
@@ -38,8 +41,11 @@ __all__ = [
     "get_reward_class",
     "get_rule_based_reward_class",
     "normalize_answer",
+    "normalize_vqa_answer",
     "register_reward",
     "reward_registry",
     "run_sandboxed",
     "searchr1_score",
+    "vqa_accuracy",
+    "vqa_format_scores",
 ]

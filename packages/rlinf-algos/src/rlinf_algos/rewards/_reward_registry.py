@@ -1,8 +1,9 @@
 """The reward registry: name → rule-based reward class (RLinf ``rewards/__init__.py``).
 
 Built-ins are ``"math"`` (`rlinf_algos.rewards.math.MathReward`, needs the ``rlinf-algos[math]`` extra and
-is imported on first lookup), ``"searchr1"`` (`SearchR1Reward`) and ``"code"`` (`CodeReward`, sandboxed
-execution of the response's program against its tests). Lookups are case-insensitive, a taken
+is imported on first lookup), ``"searchr1"`` (`SearchR1Reward`), ``"code"`` (`CodeReward`, sandboxed
+execution of the response's program against its tests) and ``"vqa"`` (`VQAReward`, the ``<answer>`` of a
+visual question against a multiple-choice or short reference). Lookups are case-insensitive, a taken
 name cannot be re-registered with another class, and a miss lists the valid names.
 """
 
@@ -15,6 +16,7 @@ from typing import Any, TypeVar, cast, overload
 from .._registry import Registry
 from ._code import CodeReward
 from ._searchr1 import SearchR1Reward
+from ._vqa import VQAReward
 
 __all__ = [
     "RewardRegistry",
@@ -67,9 +69,10 @@ reward_registry = RewardRegistry(
         "math": cast(type[Any], _Lazy("rlinf_algos.rewards.math", "MathReward")),
         "searchr1": SearchR1Reward,
         "code": CodeReward,
+        "vqa": VQAReward,
     },
 )
-"""The process-wide reward registry (built-ins: ``math``, ``searchr1``, ``code``)."""
+"""The process-wide reward registry (built-ins: ``math``, ``searchr1``, ``code``, ``vqa``)."""
 
 
 @overload
