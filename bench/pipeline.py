@@ -9,12 +9,15 @@ another) and ``=true`` (finished chunks stream into the actor while the rollout 
 alternating the order each ``--rounds`` round so that a slow spell of the machine hits both. Every run is a
 subprocess timed from its start, with the SFT warm-up of the config and no evaluation.
 
-``--modes`` adds ``chunked`` (sequential, but the rollout generates in chunks of one prompt's samples,
+``--modes`` adds ``pipelined-batch`` (one generation request per generation batch: it draws exactly the
+sequential run's samples, so the two learning curves match to float precision while DAPO's extra generation
+batches overlap the training of the groups already kept) and ``chunked`` (sequential, but the rollout generates in chunks of one prompt's samples,
 ``rollout.max_batch_size=8``): it draws exactly the pipelined run's samples, so its learning curve must match
 the pipelined one to float precision, and it shows what chunked generation alone costs.
 
-Reports per mode: RL steps/s (1 / mean ``time/step_s`` over steps 2..N; step 1 also warms up the channels),
-the generation and the after-generation training parts, the whole run's wall time from process start, and
+Reports per mode: RL steps/s from the driver's wall clock between the ends of step 1 and step N (weight syncs
+included; step 1 also warms up the channels), the mean ``time/step_s``, the generation and the after-generation
+training parts, the whole run's wall time from process start, and
 the learning curves (policy loss, gradient norm, rollout reward, accuracy per step). Extra ``key=value``
 arguments go to train.py. Writes ``<out>/pipeline.json``; prints it.
 """
@@ -37,6 +40,8 @@ MODES = {
     "sequential": ["runner.pipeline=false"],
     "pipelined": ["runner.pipeline=true"],
     "chunked": ["runner.pipeline=false", "rollout.max_batch_size=8"],
+    # one request per generation batch (the config's 4 prompts): the sequential run's samples exactly
+    "pipelined-batch": ["runner.pipeline=true", "runner.pipeline_chunk_prompts=4"],
 }
 
 
@@ -69,10 +74,14 @@ def run_once(out: Path, mode: str, steps: int, overrides: list[str], timeout: fl
     train = sorted((r for r in records if "train/actor/policy_loss" in r), key=lambda r: r["step"])
     later = train[1:] or train
     step_s = statistics.mean(r["time/step_s"] for r in later)
+    # the driver's wall clock between the ends of steps 1 and N: weight syncs and logging included
+    walls = [r["time/train_wall_s"] for r in train]
+    wall_per_step = (walls[-1] - walls[0]) / (len(walls) - 1) if len(walls) > 1 else step_s
     return {
         "wall_s": wall,
         "step_s": step_s,
-        "steps_per_s": 1.0 / step_s,
+        "wall_per_step_s": wall_per_step,
+        "steps_per_s": 1.0 / wall_per_step,
         "rollout_s": statistics.mean(r["time/rollout_s"] for r in later),
         "train_s": statistics.mean(r["time/train_s"] for r in later),
         "gen_batches": statistics.mean(r["dapo/num_gen_batches"] for r in later),
@@ -109,13 +118,14 @@ def main(argv: list[str]) -> int:
     def mean_of(mode: str, key: str) -> float:
         return statistics.mean(float(r[key]) for r in runs[mode])
 
-    keys = ("step_s", "steps_per_s", "rollout_s", "train_s", "gen_batches", "wall_s")
+    keys = ("step_s", "wall_per_step_s", "steps_per_s", "rollout_s", "train_s", "gen_batches", "wall_s")
     summary: dict[str, Any] = {mode: {key: mean_of(mode, key) for key in keys} for mode in runs}
-    if "sequential" in runs and "pipelined" in runs:
-        summary["steps_per_s_ratio"] = mean_of("pipelined", "steps_per_s") / mean_of(
-            "sequential", "steps_per_s"
-        )
-        summary["wall_ratio"] = mean_of("pipelined", "wall_s") / mean_of("sequential", "wall_s")
+    for mode in runs:
+        if mode != "sequential" and "sequential" in runs:
+            summary[f"{mode}_steps_per_s_ratio"] = mean_of(mode, "steps_per_s") / mean_of(
+                "sequential", "steps_per_s"
+            )
+            summary[f"{mode}_wall_ratio"] = mean_of(mode, "wall_s") / mean_of("sequential", "wall_s")
     summary["curves"] = {mode: runs[mode][0]["curves"] for mode in runs}
     summary["step_times"] = {mode: [r["step_times"] for r in runs[mode]] for mode in runs}
     summary["command"] = " ".join(["uv run python bench/pipeline.py", *argv])
