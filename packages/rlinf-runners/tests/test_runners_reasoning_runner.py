@@ -506,3 +506,131 @@ def test_elastic_ranks_are_checked(tmp_path: Path) -> None:
             ReasoningRunner(config, elastic_actor_ranks=bad, **kwargs)
     with pytest.raises(ValueError, match="no collocated offload"):
         ReasoningRunner(config, elastic_actor_ranks=[1], offload=True, **kwargs)
+
+
+class _FakeChannel:
+    """Records what the driver puts, per key (the pipelined mode's rollout → actor channel)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[Any]] = {}
+        self.closed = False
+
+    def put(self, item: Any, *, key: str) -> None:
+        self.items.setdefault(key, []).append(item)
+
+    def shutdown(self) -> None:
+        self.closed = True
+
+
+class _Streamed:
+    """The actor's streamed update: ``wait`` consumes each rank's items up to its end marker."""
+
+    def __init__(self, world: World, channel: _FakeChannel, key: str, fail: bool) -> None:
+        self.world, self.channel, self.key, self.fail = world, channel, key, fail
+
+    def done(self) -> bool:
+        return self.fail
+
+    def wait(self, timeout: float | None = None) -> list[dict[str, float]]:
+        assert timeout is not None, "every wait needs a timeout"
+        if self.fail:
+            raise RuntimeError("actor rank 0 failed: CUDA out of memory")
+        items = self.channel.items[f"{self.key}/0"]
+        assert items[-1] is None, "the driver ends every rank's stream"
+        self.world.batches += items[:-1]
+        return [{"actor/policy_loss": 0.5, "actor/num_micro_batches": float(len(items) - 1)}]
+
+
+def _pipelined(
+    tmp_path: Path, world: World, *, fail: bool = False, **kwargs: Any
+) -> tuple[ReasoningRunner, _FakeChannel]:
+    runner = _runner(tmp_path, world, **kwargs)
+    runner.pipeline = True
+    channel = _FakeChannel()
+    runner._stream = channel  # type: ignore[assignment]  # the fake stands in for a Ray channel
+    base_call = world.actor.call
+
+    def call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        if fn.__name__ == "run_training_stream":
+            world.log.append("actor.run_training_stream")
+            return _Streamed(world, args[0], args[1], fail)
+        return base_call(fn, *args, **kw)
+
+    world.actor.call = call  # type: ignore[method-assign]
+    return runner, channel
+
+
+def test_pipelined_step_streams_scored_groups_into_micro_batches(tmp_path: Path) -> None:
+    """One request per prompt (4 samples), scored as it finishes; every 4 kept sequences (micro-batch 2 x
+    2 ranks would be 4; here batch_multiple 4) go to the actor with their group's GRPO advantages; one end
+    marker per rank after the last generation batch."""
+    world = World()
+    world.correct_of = lambda i: i % 4 in (0, 1)  # every group of 4: two right, two wrong
+    runner, channel = _pipelined(tmp_path, world, max_epochs=1, val_check_interval=-1, save_interval=-1)
+    runner.batch_multiple = 4
+    runner.chunk_prompts = 1
+    metrics = runner.pipelined_step()
+    assert world.log == [
+        "actor.run_training_stream",
+        "rollout.generate",
+        "rollout.generate",  # requested before the first chunk is scored: the rollout never waits
+        "reward.compute",
+        "reward.compute",
+    ]
+    (queue,) = channel.items.values()  # one actor rank: one queue, two micro-batches and the end marker
+    assert len(queue) == 3 and queue[-1] is None
+    micro = world.batches
+    assert len(micro) == 2 and all(b["input_ids"].shape[0] == 4 for b in micro)
+    for b in micro:
+        rewards = b["rewards"]
+        adv = b["advantages"][b["loss_mask"].astype(bool)]
+        assert sorted(rewards.tolist()) == [0.0, 0.0, 1.0, 1.0]
+        # GRPO over the group: (r - mean) / (unbiased std + eps) = ±0.866
+        assert np.allclose(np.abs(adv), 0.5 / np.std([0, 0, 1, 1], ddof=1), atol=1e-4)
+    assert metrics["train/num_sequences"] == 8 and metrics["train/actor/num_micro_batches"] == 2
+    assert metrics["rollout/num_samples"] == 8 and metrics["train/skipped"] == 0.0
+    assert metrics["adv/mean"] == pytest.approx(0.0, abs=1e-6)
+    runner.release()
+    assert channel.closed
+
+
+def test_pipelined_step_with_dynamic_sampling_drops_flat_groups_and_keeps_generating(tmp_path: Path) -> None:
+    world = World()
+    world.correct_of = lambda i: i < 4  # the first group all right (no signal), then all wrong
+    alg = AlgorithmConfig(
+        adv_type="grpo", loss_type="actor", group_size=4, dynamic_sampling=True, max_num_gen_batches=2
+    )
+    runner, _channel = _pipelined(tmp_path, world, algorithm=alg, max_epochs=1)
+    runner.batch_multiple, runner.chunk_prompts = 4, 1
+    metrics = runner.pipelined_step()
+    assert metrics["dapo/num_gen_batches"] == 2 and metrics["dapo/kept_groups"] == 0
+    assert metrics["train/skipped"] == 1.0 and metrics["train/num_sequences"] == 0
+    assert world.log.count("rollout.generate") == 4 and world.batches == []  # 2 batches x 2 prompts
+
+
+def test_pipelined_step_raises_a_failed_update_at_once(tmp_path: Path) -> None:
+    """An actor that failed mid-stream ends the step at the next chunk, not after all generation."""
+    world = World()
+    data = DataConfig(train_path="x", rollout_batch_size=4, max_prompt_length=8)  # 4 chunks of one prompt
+    runner, _channel = _pipelined(tmp_path, world, fail=True, data=data, max_epochs=1)
+    runner.batch_multiple, runner.chunk_prompts = 4, 1
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        runner.pipelined_step()
+    assert world.log.count("rollout.generate") == 2  # the first chunk's result and the next request, not 4
+
+
+def test_pipeline_refuses_what_it_cannot_stream(tmp_path: Path) -> None:
+    world = World()
+    with pytest.raises(ValueError, match=r"runner\.pipeline needs algorithm\.adv_type 'grpo'"):
+        ReasoningRunner(
+            RunnerConfig(progress_bar=False, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=())),
+            pipeline=True,
+            actor=world.actor,
+            rollout=world.rollout,
+            reward=world.reward,
+            algorithm=AlgorithmConfig(adv_type="reinpp", loss_type="actor", group_size=4),
+            data=DataConfig(train_path="x", rollout_batch_size=2, max_prompt_length=8),
+            encoder=FakeEncoder(),
+            train_data=_dataset(4),
+            sampling={"temperature": 1.0, "max_new_tokens": 8},
+        )

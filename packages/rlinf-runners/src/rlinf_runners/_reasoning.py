@@ -21,7 +21,9 @@ passes ``torch.from_numpy``).
 Batch layout (``N`` sequences, ``T = P + R`` tokens): prompts LEFT-padded so each ends at column ``P``,
 responses RIGHT-padded: ``input_ids [N, T]``, ``attention_mask [N, T]``, ``loss_mask [N, T]`` (trained
 response tokens), ``advantages [N, T]``, ``rollout_logprobs [N, T]`` (index ``t`` = log-prob of
-``input_ids[:, t]``), ``returns [N, T]`` (PPO critic), ``rewards [N]``.
+``input_ids[:, t]``), ``returns [N, T]`` (PPO critic), ``rewards [N]``; with prompt images (a vision-language
+model) also ``images [N, K, H, W, 3]`` and ``image_sizes [N, K, 2]`` (``rlinf_core.data.pack_images``), and the
+rollout's ``generate`` gets each prompt's images.
 """
 
 from __future__ import annotations
@@ -44,15 +46,18 @@ from rlinf_algos import (
     reinpp,
 )
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.data import pack_sequences
+from rlinf_core.data import pack_images, pack_sequences
 from rlinf_core.protocols import LLMActor, LLMRollout, OffloadRole
-from rlinf_scheduler import Channel
+from rlinf_scheduler import Channel, RoleCall
 
 from ._config import RunnerConfig
 from ._llm import Batch, LLMRunner, SFTConfig
 from ._metrics import mean, mean_over_ranks, prefixed
 
 __all__ = ["REASONING_ADV_TYPES", "ReasoningRunner", "SFTConfig", "pipeline_problems"]
+
+Images = Sequence[Sequence[npt.NDArray[np.uint8]]]
+"""Each prompt's ``[H, W, 3]`` uint8 images (vision-language runs)."""
 
 REASONING_ADV_TYPES = ("grpo", "reinpp", "gae")
 """Advantage estimators the reasoning runner supports (``algorithm.adv_type``)."""
@@ -69,6 +74,8 @@ class _Rollouts:
     truncated: list[bool] = attrs.field(factory=list)
     advantages: list[float] = attrs.field(factory=list)
     """Per-sequence GRPO advantages (pipelined mode only: computed per group as the group is kept)."""
+    images: list[list[npt.NDArray[np.uint8]]] = attrs.field(factory=list)
+    """Each sequence's prompt images (vision-language runs; empty for text)."""
 
     def extend(self, other: _Rollouts, start: int, stop: int) -> None:
         self.prompts += other.prompts[start:stop]
@@ -77,6 +84,7 @@ class _Rollouts:
         self.rewards += other.rewards[start:stop]
         self.truncated += other.truncated[start:stop]
         self.advantages += other.advantages[start:stop]
+        self.images += other.images[start:stop]
 
     def pop_front(self, n: int) -> _Rollouts:
         """Remove the first ``n`` sequences and return them."""
@@ -187,13 +195,22 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         return int(self.sampling.get("max_new_tokens", 0)) or None
 
     # ---------------------------------------------------------------------------------------- the phases
+    def _generate_call(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any], images: Images | None
+    ) -> RoleCall[list[dict[str, Any]]]:
+        prompts = [list(p) for p in prompt_ids]
+        if images is None:  # text prompts: the call every rollout takes
+            return self.rollout.call(LLMRollout.generate, prompts, dict(sampling))
+        return self.rollout.call(LLMRollout.generate, prompts, dict(sampling), images=images)
+
     def generate(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any]
+        self, prompt_ids: Sequence[Sequence[int]], sampling: Mapping[str, Any], images: Images | None = None
     ) -> list[dict[str, Any]]:
-        """Generate one response per prompt (sharded over the rollout ranks); returns the output dicts."""
-        outputs = self._gather(
-            self.rollout.call(LLMRollout.generate, [list(p) for p in prompt_ids], dict(sampling))
-        )
+        """Generate one response per prompt (sharded over the rollout ranks); returns the output dicts.
+
+        ``images``: each prompt's images (vision-language runs), sent along with the prompts.
+        """
+        outputs = self._gather(self._generate_call(prompt_ids, sampling, images))
         if len(outputs) != len(prompt_ids):
             raise RuntimeError(f"the rollout returned {len(outputs)} outputs for {len(prompt_ids)} prompts")
         return outputs
@@ -203,7 +220,7 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         if not self.eval_data:
             return {}
         start = time.perf_counter()
-        outputs = self.generate(self._eval_ids, self.eval_sampling)
+        outputs = self.generate(self._eval_ids, self.eval_sampling, self.images_of(self.eval_data))
         self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score([o["text"] for o in outputs], [e.answers for e in self.eval_data])
         lengths = [len(o["token_ids"]) for o in outputs]
@@ -238,17 +255,27 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         targets = [self.encoder.encode_completion(e.solution or "") for e in examples]
         batch = pack_sequences(prompts, targets, pad_token_id=self.encoder.pad_token_id)
         batch = {k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask")}
+        images = self.images_of(examples)
+        if images is not None:
+            batch.update(pack_images(images))
         return prefixed(mean_over_ranks(self._actor_all(LLMActor.run_sft, batch)), "sft")
 
-    def _requests(self, idx: Sequence[int]) -> tuple[list[list[int]], list[list[str]]]:
-        """The prompts (``group_size`` copies each) and reference answers of the training prompts ``idx``."""
+    def _requests(self, idx: Sequence[int]) -> tuple[list[list[int]], list[list[str]], Images | None]:
+        """The prompts (``group_size`` copies each), reference answers and images (or ``None``) of prompts ``idx``."""
         gs = self.group_size
         prompts = [self._train_ids[i] for i in idx for _ in range(gs)]
         refs = [list(self.train_data[i].answers) for i in idx for _ in range(gs)]
-        return prompts, refs
+        images = self.images_of([self.train_data[i] for i in idx])
+        if images is not None:  # decoded once per prompt, shared by its group's copies
+            images = [row for row in images for _ in range(gs)]
+        return prompts, refs, images
 
     def _scored(
-        self, prompts: list[list[int]], refs: Sequence[Sequence[str]], outputs: Sequence[Mapping[str, Any]]
+        self,
+        prompts: list[list[int]],
+        refs: Sequence[Sequence[str]],
+        outputs: Sequence[Mapping[str, Any]],
+        images: Images | None = None,
     ) -> tuple[_Rollouts, list[bool]]:
         """Score generated responses; returns them (rewards with the DAPO overlong penalty) and their correctness."""
         rewards, correct = self._score([o["text"] for o in outputs], refs)
@@ -258,6 +285,7 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             logprobs=[list(o.get("logprobs") or [0.0] * len(o["token_ids"])) for o in outputs],
             rewards=rewards,
             truncated=[o.get("finish_reason") == "length" for o in outputs],
+            images=[] if images is None else [list(row) for row in images],
         )
         alg = self.algorithm
         if alg.overlong_buffer_len > 0 and self.max_new_tokens is not None:
@@ -308,8 +336,10 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         kept, stats = _Rollouts(), _CollectStats()
         limit = self.data.rollout_batch_size * self.group_size
         while True:
-            prompts, refs = self._requests(self.sampler.next_batch(self.data.rollout_batch_size))
-            batch, correct = self._scored(prompts, refs, self.generate(prompts, self.sampling))
+            prompts, refs, images = self._requests(self.sampler.next_batch(self.data.rollout_batch_size))
+            batch, correct = self._scored(
+                prompts, refs, self.generate(prompts, self.sampling, images), images
+            )
             stats.gen_batches += 1
             stats.add(batch, correct)
             self._keep(batch, kept, limit)
@@ -330,6 +360,8 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             logprobs[i, p_len : p_len + len(lp)] = np.asarray(lp, dtype=np.float32)
         batch["rollout_logprobs"] = logprobs
         batch["rewards"] = np.asarray(rollouts.rewards, dtype=np.float32)
+        if rollouts.images:
+            batch.update(pack_images(rollouts.images))
         return batch
 
     def compute_advantages(self, batch: Batch, extra: Mapping[str, Any]) -> dict[str, float]:
@@ -514,28 +546,32 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             chunks = _chunks(self.sampler.next_batch(n_prompts), self.chunk_prompts)
             stats.gen_batches += 1
             requests = self._requests(chunks[0])
-            call = self.rollout.call(LLMRollout.generate, requests[0], dict(self.sampling))
+            call = self._generate_call(requests[0], self.sampling, requests[2])
             for k in range(len(chunks)):
                 outputs = self._gather(call)
-                prompts, refs = requests
+                prompts, refs, images = requests
                 if len(outputs) != len(prompts):
                     raise RuntimeError(
                         f"the rollout returned {len(outputs)} outputs for {len(prompts)} prompts"
                     )
                 if k + 1 < len(chunks):  # keep the rollout busy while this chunk is scored and sent
                     requests = self._requests(chunks[k + 1])
-                    call = self.rollout.call(LLMRollout.generate, requests[0], dict(self.sampling))
-                batch, correct = self._scored(prompts, refs, outputs)
+                    call = self._generate_call(requests[0], self.sampling, requests[2])
+                batch, correct = self._scored(prompts, refs, outputs, images)
                 stats.add(batch, correct)
                 one_token = np.ones((1, len(batch.rewards)), dtype=bool)  # GRPO: one advantage per sequence
-                batch.advantages = np.asarray(grpo(np.asarray(batch.rewards), one_token, group_size=gs))[
-                    0
-                ].tolist()
+                advantages = grpo(np.asarray(batch.rewards), one_token, group_size=gs)
+                batch.advantages = np.asarray(advantages)[0].tolist()
                 kept += self._keep(batch, pending, limit - sent)
                 while len(pending.rewards) >= unit:
                     part = self._send(channel, key, pending.pop_front(unit))
                     adv = {name: adv[name] + part[name] for name in adv}
                     sent += unit
+                if update.done():  # the update cannot end before the end marker: it failed; raise it now
+                    self.wait(update)
+                    raise RuntimeError(
+                        "the actor's streamed update returned before the end of the step's stream"
+                    )
             if self._collect_done(kept, stats):
                 break
         generated = time.perf_counter()
