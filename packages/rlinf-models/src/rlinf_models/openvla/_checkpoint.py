@@ -1,0 +1,180 @@
+"""Loading and saving OpenVLA checkpoint directories in the Hugging Face layout of ``openvla/openvla-7b``.
+
+The published directory holds ``config.json`` (:class:`OpenVLAConfig`'s fields), sharded safetensors
+(``model-0000k-of-0000n.safetensors``) listed in ``model.safetensors.index.json`` (or one ``model.safetensors``),
+with bare keys (``vision_backbone.*``, ``projector.*``, ``language_model.*``), and for fine-tunes a
+``dataset_statistics.json``. Loading is strict: a tensor of the model that no file has, a file tensor the model
+lacks, or a shape mismatch raises :class:`~rlinf_models.vla.CheckpointMismatchError` naming them; the value head
+(ours, RL-only, in ``value_head.safetensors``) may be absent and then starts fresh.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import torch
+from torch import Tensor
+
+from ..vla._checkpoint import CheckpointMismatchError
+
+try:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f'rlinf_models.openvla needs safetensors and transformers ({e}): pip install "rlinf-models[openpi]"'
+    ) from e
+
+from ._config import OpenVLAConfig
+from ._model import OpenVLAModel, ValueHead
+
+__all__ = ["OpenVLALoadReport", "load_openvla", "load_openvla_weights", "read_weights", "save_openvla"]
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+VALUE_HEAD_FILE = "value_head.safetensors"
+_VALUE_HEAD = "value_head."
+_LISTED = 20
+
+
+@attrs.frozen
+class OpenVLALoadReport:
+    """What :func:`load_openvla_weights` did besides loading matching tensors.
+
+    Attributes:
+        files: The safetensors files read.
+        initialised: Model tensors left fresh (the value head when the directory has none).
+    """
+
+    files: tuple[str, ...]
+    initialised: tuple[str, ...]
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:_LISTED]) + (
+        f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else ""
+    )
+
+
+def read_weights(directory: str | Path) -> tuple[dict[str, Tensor], tuple[str, ...]]:
+    """Every tensor of a checkpoint directory (the shards its index lists, or ``model.safetensors``)."""
+    root = Path(directory)
+    if (root / INDEX_FILE).is_file():
+        weight_map: dict[str, str] = json.loads((root / INDEX_FILE).read_text())["weight_map"]
+        files = tuple(sorted(set(weight_map.values())))
+    elif (root / SINGLE_FILE).is_file():
+        files = (SINGLE_FILE,)
+    else:
+        raise FileNotFoundError(f"no {INDEX_FILE} or {SINGLE_FILE} in {root}")
+    tensors: dict[str, Tensor] = {}
+    for name in files:
+        tensors.update(load_file(str(root / name)))
+    return tensors, files
+
+
+def load_openvla_weights(model: OpenVLAModel, directory: str | Path) -> OpenVLALoadReport:
+    """Load a checkpoint directory into ``model``, strictly (see the module docstring).
+
+    Raises:
+        CheckpointMismatchError: naming the missing keys, the unexpected keys and the shape mismatches.
+    """
+    root = Path(directory)
+    tensors, files = read_weights(root)
+    if (root / VALUE_HEAD_FILE).is_file() and model.value_head is not None:
+        tensors.update({_VALUE_HEAD + k: t for k, t in load_file(str(root / VALUE_HEAD_FILE)).items()})
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in tensors]
+    initialised = tuple(k for k in missing if k.startswith(_VALUE_HEAD))
+    missing = [k for k in missing if k not in initialised]
+    unexpected = sorted(k for k in tensors if k not in expected)
+    shapes = [
+        f"{k}: file {list(tensors[k].shape)} vs model {list(t.shape)}"
+        for k, t in expected.items()
+        if k in tensors and tensors[k].shape != t.shape
+    ]
+    if missing or unexpected or shapes:
+        raise CheckpointMismatchError(
+            f"{root} does not match the OpenVLA model built from its config: "
+            f"{len(missing)} missing [{_listing(missing)}]; {len(unexpected)} unexpected [{_listing(unexpected)}]; "
+            f"{len(shapes)} shape mismatches [{_listing(shapes)}]"
+        )
+    model.load_state_dict(tensors, strict=False)
+    return OpenVLALoadReport(files=files, initialised=initialised)
+
+
+def stored_value_head_sizes(directory: str | Path) -> tuple[int, ...] | None:
+    """The value head's hidden widths ``value_head.safetensors`` records (``None``: no such file)."""
+    file = Path(directory) / VALUE_HEAD_FILE
+    if not file.is_file():
+        return None
+    with safe_open(str(file), "pt") as f:
+        return tuple(json.loads((f.metadata() or {})["value_head_sizes"]))
+
+
+def load_openvla(
+    directory: str | Path,
+    *,
+    value_head_sizes: tuple[int, ...] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> tuple[OpenVLAModel, OpenVLALoadReport]:
+    """Build the model ``config.json`` describes and load the directory's weights.
+
+    Args:
+        directory: The checkpoint directory.
+        value_head_sizes: A value head's hidden widths; ``None``: those of the directory's value head, if any.
+        dtype: The parameters' dtype once loaded (the published weights are bfloat16).
+        device: Where the model ends up.
+    """
+    root = Path(directory)
+    config = OpenVLAConfig.from_json(root / "config.json")
+    sizes = value_head_sizes if value_head_sizes is not None else stored_value_head_sizes(root)
+    with torch.device("meta"):
+        model = OpenVLAModel(config, value_head_sizes=sizes)
+    model = model.to_empty(device="cpu")
+    # What the checkpoint does not hold is rebuilt off the meta device: the rotary frequencies (a non-persistent
+    # buffer) and a value head that may start fresh.
+    model.language_model.model.rotary_emb = LlamaRotaryEmbedding(config=model.language_model.config)
+    if model.value_head is not None:
+        model.value_head = ValueHead(model.language_model.config.hidden_size, sizes or ())
+    report = load_openvla_weights(model, root)
+    return model.to(device=device, dtype=dtype), report
+
+
+def save_openvla(model: OpenVLAModel, directory: str | Path, *, max_shard_bytes: int = 5 * 2**30) -> None:
+    """Write ``config.json``, sharded safetensors with their index, and ``value_head.safetensors`` (if any)."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    shards: list[dict[str, Tensor]] = [{}]
+    size = 0
+    value_head: dict[str, Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        data = tensor.detach().contiguous().clone()
+        if name.startswith(_VALUE_HEAD):
+            value_head[name[len(_VALUE_HEAD) :]] = data
+            continue
+        nbytes = data.numel() * data.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = data
+        size += nbytes
+    weight_map: dict[str, str] = {}
+    for i, shard in enumerate(shards, start=1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(root / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+    total = sum(t.numel() * t.element_size() for shard in shards for t in shard.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (root / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    if model.value_head is not None:
+        sizes = [m.out_features for m in model.value_head.mlp if isinstance(m, torch.nn.Linear)][:-1]
+        save_file(
+            value_head,
+            str(root / VALUE_HEAD_FILE),
+            metadata={"format": "pt", "value_head_sizes": json.dumps(sizes)},
+        )
+    (root / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
