@@ -279,3 +279,39 @@ def test_lora_trains_only_the_adapters_and_the_value_head(tiny_dir: Path) -> Non
     assert any(".lora_" in n for n in changed)
     with pytest.raises(ValueError, match="match no Llama layer"):
         apply_lora(load_openvla(tiny_dir)[0], rank=2, target_modules=("nope",))
+
+
+@pytest.mark.parametrize(
+    "timm_id", ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
+)
+def test_featurizers_match_timm(timm_id: str) -> None:
+    """Against timm 0.9.x itself (not a dependency: skipped without it), small widths, OpenVLA's LayerScale patch."""
+    timm = pytest.importorskip("timm")
+    import attrs
+    from rlinf_models.openvla import TIMM_VIT_SPECS, TimmViT
+
+    torch.manual_seed(0)
+    real = timm.create_model(
+        timm_id, pretrained=False, num_classes=0, img_size=56, embed_dim=64, depth=4, num_heads=4
+    )
+    for module in real.modules():  # OpenVLA's ls_apply_patch: gamma -> scale_factor
+        if hasattr(module, "gamma") and module.__class__.__name__ == "LayerScale":
+            module.scale_factor = torch.nn.Parameter(module.gamma.detach().clone())
+            del module.gamma
+            module.forward = lambda x, m=module: x * m.scale_factor
+    with torch.no_grad():
+        for param in real.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    spec = attrs.evolve(
+        TIMM_VIT_SPECS[timm_id],
+        embed_dim=64,
+        depth=4,
+        num_heads=4,
+        mlp_hidden=real.blocks[0].mlp.fc1.out_features,
+    )
+    ours = TimmViT(spec, 56)
+    ours.load_state_dict(real.state_dict(), strict=True)
+    images = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        expected = real.get_intermediate_layers(images, n={len(real.blocks) - 2})[0]
+        torch.testing.assert_close(ours(images), expected, rtol=0, atol=1e-6)
