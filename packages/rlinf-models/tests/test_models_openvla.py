@@ -315,3 +315,11 @@ def test_featurizers_match_timm(timm_id: str) -> None:
     with torch.no_grad():
         expected = real.get_intermediate_layers(images, n={len(real.blocks) - 2})[0]
         torch.testing.assert_close(ours(images), expected, rtol=0, atol=1e-6)
+
+
+def test_bfloat16_model_decodes_and_values_come_back_in_float32(tiny_dir: Path) -> None:
+    model, _ = load_openvla(tiny_dir, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = model.sample_actions(*_batch(), greedy=True)
+    assert out.values is not None and out.values.dtype == torch.float32
+    assert out.log_probs.dtype == torch.float32 and bool(torch.isfinite(out.log_probs).all())

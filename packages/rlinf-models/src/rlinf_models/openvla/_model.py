@@ -156,7 +156,11 @@ class OpenVLAModel(nn.Module):
         return -torch.where(p > 0, p * log_probs, torch.zeros_like(p)).sum(-1)
 
     def _value(self, last_prompt_hidden: Tensor) -> Tensor | None:
-        return None if self.value_head is None else self.value_head(last_prompt_hidden.float())
+        if self.value_head is None:
+            return None
+        dtype = next(self.value_head.parameters()).dtype
+        values: Tensor = self.value_head(last_prompt_hidden.to(dtype))
+        return values.float()
 
     # --- RL ---
 
