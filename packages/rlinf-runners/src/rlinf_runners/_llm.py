@@ -17,10 +17,18 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
+import numpy as np
 import numpy.typing as npt
 from attrs import validators as v
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.data import DataConfig, PromptDataset, PromptEncoder, PromptSampler
+from rlinf_core.data import (
+    DataConfig,
+    ImagePromptEncoder,
+    PromptDataset,
+    PromptEncoder,
+    PromptExample,
+    PromptSampler,
+)
 from rlinf_core.metrics import MetricLogger
 from rlinf_core.protocols import LLMActor, LLMRollout, OffloadRole, RewardRole
 from rlinf_scheduler import RoleCall, RoleGroup
@@ -103,6 +111,14 @@ class LLMRunner(Runner, Generic[RolloutT]):
             )
         if sft_data is not None:
             self.check_sft_data(sft_data)
+        with_images = [
+            d.source for d in (train_data, eval_data, sft_data) if d is not None and any(e.images for e in d)
+        ]
+        if with_images and not isinstance(encoder, ImagePromptEncoder):
+            raise ValueError(
+                f"{', '.join(with_images)}: prompts with images need a vision-language model (actor.model.model_path "
+                "with a vision_config, e.g. Qwen2.5-VL)"
+            )
         self.sft = sft or SFTConfig()
         if self.sft.steps > 0 and not sft_data:
             raise ValueError("sft.steps > 0 needs SFT demonstrations (data.sft_path)")
@@ -229,6 +245,14 @@ class LLMRunner(Runner, Generic[RolloutT]):
                 "raise data.max_prompt_length or shorten the prompts"
             )
         return ids
+
+    def images_of(self, examples: Sequence[PromptExample]) -> list[list[npt.NDArray[np.uint8]]] | None:
+        """Each example's images as ``[H, W, 3]`` uint8 arrays, or ``None`` when none has any (text prompts)."""
+        if not any(e.images for e in examples):
+            return None
+        encoder = self.encoder
+        assert isinstance(encoder, ImagePromptEncoder)  # checked in __init__
+        return [encoder.prompt_images(e) if e.images else [] for e in examples]
 
     def _gather(self, call: RoleCall[list[T]]) -> list[T]:
         """The lists a call returned on every rank (each rank's share), concatenated in rank order."""

@@ -8,7 +8,9 @@ offloading between phases when ``enable_offload`` asks for it) or on disjoint on
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from rlinf_core.config import AlgorithmConfig, ConfigError, unstructure_config
@@ -91,6 +93,7 @@ class LLMApp(App[L], abc.ABC):
                 messages_key=d.messages_key,
                 answer_key=d.answer_key,
                 solution_key=d.solution_key,
+                image_key=d.image_key,
                 require_solution=require_solution,
             )
 
@@ -180,7 +183,10 @@ class LLMApp(App[L], abc.ABC):
             ImportError: ``actor.training_backend: megatron`` without megatron-core (names the extra).
         """
         problems = (
-            model_path_problems(cfg.actor.model) + self._data_problems(cfg) + self.section_problems(cfg)
+            model_path_problems(cfg.actor.model)
+            + self._data_problems(cfg)
+            + self.section_problems(cfg)
+            + _vision_language_problems(cfg)
         )
         try:
             ws = world_sizes or self.world_sizes(cfg)
@@ -269,17 +275,12 @@ class LLMApp(App[L], abc.ABC):
     def runner_inputs(self, cfg: L, cluster: Cluster, groups: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments the reasoning and agent runners share (loads the tokenizer and the data)."""
         import torch
-        from rlinf_models.llm import load_tokenizer
 
         datasets = self.load_datasets(cfg)
         train = datasets["train"]
         if train is None:  # excluded by check(): data.train_path is required
             raise ConfigError(["data.train_path is required"], f"the {self.name} config")
-        encoder = ChatPromptEncoder(
-            load_tokenizer(cfg.actor.model),
-            system_prompt=self.system_prompt(cfg),
-            use_chat_template=cfg.data.use_chat_template,
-        )
+        encoder = _prompt_encoder(cfg, self.system_prompt(cfg))
         sampling: dict[str, Any] = unstructure_config(cfg.rollout.sampling)
         placement = ModelParallelComponentPlacement(cfg.cluster, cluster)
         collocated = placement.is_collocated
@@ -311,6 +312,44 @@ class LLMApp(App[L], abc.ABC):
             "elastic_actor_ranks": elastic,
             "run_config": unstructure_config(cfg),
         }
+
+
+def _prompt_encoder(cfg: _LLMRootConfig, system_prompt: str | None) -> ChatPromptEncoder:
+    """The driver's prompt encoder: with the image processor for a vision-language model (Qwen2.5-VL)."""
+    from rlinf_models.llm import load_tokenizer
+    from rlinf_models.llm._vlm import VLMPromptEncoder, is_vision_language, load_image_processor
+
+    model, tokenizer = cfg.actor.model, load_tokenizer(cfg.actor.model)
+    if is_vision_language(model.model_path):
+        return VLMPromptEncoder(
+            tokenizer,
+            load_image_processor(model),
+            system_prompt=system_prompt,
+            use_chat_template=cfg.data.use_chat_template,
+        )
+    return ChatPromptEncoder(
+        tokenizer, system_prompt=system_prompt, use_chat_template=cfg.data.use_chat_template
+    )
+
+
+def _vision_language_problems(cfg: _LLMRootConfig) -> list[str]:
+    """What a vision-language ``actor.model`` (a checkpoint with a ``vision_config``) cannot run with."""
+    path = Path(cfg.actor.model.model_path).expanduser() / "config.json"
+    if not path.is_file() or "vision_config" not in json.loads(path.read_text(encoding="utf-8")):
+        return []
+    where = f"actor.model.model_path {cfg.actor.model.model_path!r} is a vision-language model"
+    problems = []
+    if cfg.actor.training_backend != "fsdp":
+        problems.append(f"{where}: it trains with actor.training_backend: fsdp only")
+    if cfg.rollout.engine != "hf":
+        problems.append(
+            f"{where}: only rollout.engine: hf generates from images here (got {cfg.rollout.engine!r})"
+        )
+    if cfg.actor.use_remove_padding:
+        problems.append(f"{where}: actor.use_remove_padding is not supported for it (set it to false)")
+    if not (Path(cfg.actor.model.model_path).expanduser() / "preprocessor_config.json").is_file():
+        problems.append(f"{where} without preprocessor_config.json (its image processor)")
+    return problems
 
 
 def _data_parallel_ranks(actor: LLMActorConfig, ws: Mapping[str, int] | None) -> int | None:
