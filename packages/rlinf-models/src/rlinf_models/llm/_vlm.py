@@ -20,6 +20,7 @@ attention mask, which is what ``generate`` uses for left-padded prompts.
 from __future__ import annotations
 
 import base64
+import inspect
 import io
 import json
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,7 @@ __all__ = [
     "is_vision_language",
     "load_image_processor",
     "processor_inputs",
+    "takes_token_types",
     "vision_inputs",
 ]
 
@@ -305,9 +307,15 @@ class VLMPolicy(CausalLMPolicy):
         image_mask = self._image_positions(input_ids, vision["image_sizes"], grid)  # type: ignore[index]
         embeds = inner.get_input_embeddings()(input_ids)
         embeds = embeds.masked_scatter(image_mask[..., None], features.to(embeds.dtype))
-        positions, _ = inner.get_rope_index(
-            input_ids, image_mask.int(), image_grid_thw=grid, attention_mask=attention_mask
-        )
+        if takes_token_types(inner.get_rope_index):
+            positions, _ = inner.get_rope_index(
+                input_ids,
+                mm_token_type_ids=image_mask.int(),
+                image_grid_thw=grid,
+                attention_mask=attention_mask,
+            )
+        else:  # transformers < 5: image placeholders are found by id (a sampled one would be counted too)
+            positions, _ = inner.get_rope_index(input_ids, image_grid_thw=grid, attention_mask=attention_mask)
         out = inner.language_model(
             input_ids=None,
             inputs_embeds=embeds,
@@ -343,6 +351,11 @@ class VLMPolicy(CausalLMPolicy):
                 f"({[expected[i] for i in short]}): the prompt ids and the images do not belong together"
             )
         return is_pad & (rank <= limit)
+
+
+def takes_token_types(fn: Any) -> bool:
+    """Whether a Qwen2-VL method takes ``mm_token_type_ids`` (transformers >= 5 marks images by token type)."""
+    return "mm_token_type_ids" in inspect.signature(fn).parameters
 
 
 def _text_positions(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,12 @@ import torch
 
 try:
     from rlinf_models.llm import LLMModelConfig, load_causal_lm, load_tokenizer
-    from rlinf_models.llm._vlm import is_vision_language, load_image_processor, processor_inputs
+    from rlinf_models.llm._vlm import (
+        is_vision_language,
+        load_image_processor,
+        processor_inputs,
+        takes_token_types,
+    )
     from transformers import (
         GenerationConfig,
         LogitsProcessor,
@@ -297,12 +302,15 @@ class HFGenerateEngine:
         inputs = None if images is None else processor_inputs(images, self.image_processor)
         if inputs is None:
             return {}
-        token_types = (input_ids == int(self.model.config.image_token_id)).int()
-        return {
+        out = {
             "pixel_values": inputs["pixel_values"].to(self.device),
             "image_grid_thw": inputs["image_grid_thw"].to(self.device),
-            "mm_token_type_ids": token_types.to(self.device),
         }
+        if takes_token_types(self.model.forward):  # transformers >= 5 finds the image tokens by type
+            out["mm_token_type_ids"] = (
+                (input_ids == int(self.model.config.image_token_id)).int().to(self.device)
+            )
+        return out
 
     @torch.inference_mode()
     def _generate_batch(
