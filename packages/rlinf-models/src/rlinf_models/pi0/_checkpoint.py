@@ -8,37 +8,32 @@ Two published layouts are read, both with the same tensor names:
   ``model.safetensors``; openpi keeps its settings in Python, so pass a :class:`Pi0Config`.
 
 We write the LeRobot layout, with the value head (ours, RL-only) in its own ``value_head.safetensors`` so that
-``model.safetensors`` stays loadable by LeRobot and openpi. The key check is strict: every tensor of the model must be in the file with its
-shape and every tensor of the file must belong to the model, except for the two exceptions below, which are
-reported in :class:`LoadReport`.
+``model.safetensors`` stays loadable by LeRobot and openpi. The key check is strict
+(:func:`rlinf_models.vla.load_lerobot_weights`): every tensor of the model must be in the file with its shape and
+every tensor of the file must belong to the model, except a fresh value head and PaliGemma's tied output head,
+which are reported in :class:`LoadReport`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
 import torch
-from torch import Tensor
 
-try:
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError(f'rlinf_models.pi0 needs safetensors ({e}): pip install "rlinf-models[openpi]"') from e
-
+from ..vla._checkpoint import (
+    CONFIG_FILE,
+    CheckpointMismatchError,
+    LoadReport,
+    load_lerobot_weights,
+    save_lerobot_checkpoint,
+    stored_value_head_sizes,
+)
 from ._config import Pi0Config
 from ._model import Pi0Model
 
 __all__ = ["CheckpointMismatchError", "LoadReport", "load_pi0", "load_pi0_weights", "save_pi0"]
 
-WEIGHTS_FILE = "model.safetensors"
-VALUE_HEAD_FILE = "value_head.safetensors"
-CONFIG_FILE = "config.json"
-_VALUE_HEAD = "value_head."
-_LEROBOT_PREFIX = "model."
 # PaliGemma ties its output head to its input embedding: a file may hold either name.
 _TIED = {
     "paligemma_with_expert.paligemma.lm_head.weight": (
@@ -50,31 +45,10 @@ _TIED = {
 _VISION_PUBLISHED = ".vision_tower.vision_model."
 _VISION_FLAT = ".vision_tower."
 
-_LISTED = 20
 
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint's tensors do not match the model's (names and shapes are in the message)."""
-
-
-@attrs.frozen
-class LoadReport:
-    """What :func:`load_pi0_weights` did besides loading matching tensors.
-
-    Attributes:
-        initialised: Model tensors the file does not have and that may be fresh (the value head).
-        tied_from: Tied tensors filled from their twin, ``{missing name: name read}``.
-        prefixed: Whether the file used LeRobot's ``model.`` prefix.
-    """
-
-    initialised: tuple[str, ...]
-    tied_from: Mapping[str, str]
-    prefixed: bool
-
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(names[:_LISTED])
-    return shown + (f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else "")
+def _flat_vision(model: Pi0Model) -> bool:
+    """Whether this transformers builds the SigLIP tower without the published ``vision_model`` level."""
+    return not any(_VISION_PUBLISHED in k for k in model.state_dict())
 
 
 def load_pi0_weights(model: Pi0Model, path: str | Path) -> LoadReport:
@@ -86,43 +60,8 @@ def load_pi0_weights(model: Pi0Model, path: str | Path) -> LoadReport:
     Raises:
         CheckpointMismatchError: naming the missing keys, the unexpected keys and the shape mismatches.
     """
-    file = Path(path)
-    value_file = file / VALUE_HEAD_FILE
-    if file.is_dir():
-        file = file / WEIGHTS_FILE
-    if not file.is_file():
-        raise FileNotFoundError(f"no {WEIGHTS_FILE} at {file}")
-    tensors = load_file(str(file))
-    prefixed = bool(tensors) and all(k.startswith(_LEROBOT_PREFIX) for k in tensors)
-    if prefixed:
-        tensors = {k[len(_LEROBOT_PREFIX) :]: t for k, t in tensors.items()}
-    if value_file.is_file():
-        tensors.update({_VALUE_HEAD + k: t for k, t in load_file(str(value_file)).items()})
-    expected = model.state_dict()
-    if not any(_VISION_PUBLISHED in k for k in expected):
-        tensors = {k.replace(_VISION_PUBLISHED, _VISION_FLAT): t for k, t in tensors.items()}
-    tied_from: dict[str, str] = {}
-    for name, twin in [*_TIED.items(), *((b, a) for a, b in _TIED.items())]:
-        if name in expected and name not in tensors and twin in tensors:
-            tensors[name] = tensors[twin]
-            tied_from[name] = twin
-    missing = [k for k in expected if k not in tensors]
-    initialised = tuple(k for k in missing if k.startswith(_VALUE_HEAD))
-    missing = [k for k in missing if k not in initialised]
-    unexpected = sorted(k for k in tensors if k not in expected)
-    shapes = [
-        f"{k}: file {list(tensors[k].shape)} vs model {list(t.shape)}"
-        for k, t in expected.items()
-        if k in tensors and tensors[k].shape != t.shape
-    ]
-    if missing or unexpected or shapes:
-        raise CheckpointMismatchError(
-            f"{file} does not match the π0 model built from its config: "
-            f"{len(missing)} missing [{_listing(missing)}]; {len(unexpected)} unexpected [{_listing(unexpected)}]; "
-            f"{len(shapes)} shape mismatches [{_listing(shapes)}]"
-        )
-    model.load_state_dict({k: v for k, v in tensors.items() if k in expected}, strict=False)
-    return LoadReport(initialised=initialised, tied_from=tied_from, prefixed=prefixed)
+    rename = (lambda k: k.replace(_VISION_PUBLISHED, _VISION_FLAT)) if _flat_vision(model) else None
+    return load_lerobot_weights(model, path, kind="π0", tied=_TIED, rename=rename)
 
 
 def load_pi0(
@@ -144,12 +83,9 @@ def load_pi0(
                 f"no {CONFIG_FILE} in {directory}: pass config=Pi0Config(...) for openpi's checkpoint layout"
             )
         config = Pi0Config.from_json(config_file)
-        value_file = directory / VALUE_HEAD_FILE
-        if value_file.is_file():
-            with safe_open(str(value_file), "pt") as f:
-                sizes = json.loads((f.metadata() or {}).get("value_head_sizes", "null"))
-            if sizes is not None:
-                config = attrs.evolve(config, value_head_sizes=tuple(sizes))
+        sizes = stored_value_head_sizes(directory)
+        if sizes is not None:
+            config = attrs.evolve(config, value_head_sizes=sizes)
     model = Pi0Model(config)
     # load_state_dict copies into the existing parameters, so each keeps the dtype config.dtype gave it.
     report = load_pi0_weights(model, directory)
@@ -170,29 +106,10 @@ def save_pi0(
 
     ``state_dim``, ``action_dim`` and ``camera_names`` fill ``config.json``'s features (the real, unpadded sizes).
     """
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    seen: set[int] = set()
-    tensors: dict[str, Tensor] = {}
-    value_head: dict[str, Tensor] = {}
-    state = model.state_dict()
-    flat = not any(_VISION_PUBLISHED in k for k in state)
-    for name, tensor in state.items():
-        if name.startswith(_VALUE_HEAD):
-            value_head[name[len(_VALUE_HEAD) :]] = tensor.detach().contiguous()
-            continue
-        if flat:
-            name = name.replace(_VISION_FLAT, _VISION_PUBLISHED)
-        # safetensors refuses shared storage (the tied PaliGemma head): the second name gets its own copy.
-        data = tensor.detach().contiguous()
-        tensors[_LEROBOT_PREFIX + name] = data.clone() if data.data_ptr() in seen else data
-        seen.add(data.data_ptr())
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    sizes = json.dumps(list(model.config.value_head_sizes))
-    save_file(
-        value_head, str(directory / VALUE_HEAD_FILE), metadata={"format": "pt", "value_head_sizes": sizes}
-    )
     config = model.config.to_lerobot_dict(
         state_dim=state_dim, action_dim=action_dim, camera_names=camera_names
     )
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=4) + "\n")
+    rename = (lambda k: k.replace(_VISION_FLAT, _VISION_PUBLISHED)) if _flat_vision(model) else None
+    save_lerobot_checkpoint(
+        model, path, config=config, value_head_sizes=model.config.value_head_sizes, rename=rename
+    )

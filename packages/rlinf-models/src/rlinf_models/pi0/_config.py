@@ -15,6 +15,8 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from ..vla._config import lerobot_features, square_side
+
 __all__ = ["GEMMA_VARIANTS", "GemmaSize", "Pi0Config", "SiglipSize"]
 
 _POSITIVE = v.gt(0)
@@ -146,16 +148,13 @@ class Pi0Config:
         Sizes that are not a published variant (tiny test models) go into an extra ``rlinf_architecture`` entry,
         which LeRobot does not know: only published sizes make a directory LeRobot can load.
         """
-        features: dict[str, Any] = {
-            f"observation.images.{name}": {"type": "VISUAL", "shape": [3, self.image_size, self.image_size]}
-            for name in camera_names
-        }
-        features["observation.state"] = {"type": "STATE", "shape": [state_dim]}
+        features = lerobot_features(
+            image_size=self.image_size, state_dim=state_dim, action_dim=action_dim, camera_names=camera_names
+        )
         out: dict[str, Any] = {
             "type": "pi05" if self.pi05 else "pi0",
             "n_obs_steps": 1,
-            "input_features": features,
-            "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
+            **features,
             "paligemma_variant": _variant_name(self.paligemma, "gemma_2b"),
             "action_expert_variant": _variant_name(self.action_expert, "gemma_300m"),
             "dtype": self.dtype,
@@ -194,9 +193,7 @@ class Pi0Config:
         kind = data.get("type")
         if kind not in ("pi0", "pi05"):
             raise ValueError(f"config.json 'type' must be one of ['pi0', 'pi05'], got {kind!r}")
-        resolution = data.get("image_resolution", [224, 224])
-        if len(resolution) != 2 or resolution[0] != resolution[1]:
-            raise ValueError(f"config.json 'image_resolution' must be square, got {resolution}")
+        side = square_side(data.get("image_resolution", [224, 224]), "image_resolution")
         arch = data.get("rlinf_architecture")
         if arch is not None:
             sizes: dict[str, Any] = {
@@ -214,7 +211,7 @@ class Pi0Config:
             **sizes,
             "pi05": kind == "pi05",
             "tokenizer_max_length": 200 if kind == "pi05" else 48,
-            "image_size": resolution[0],
+            "image_size": side,
             "dtype": data.get("dtype", "float32"),
             **{
                 ours: data[theirs]

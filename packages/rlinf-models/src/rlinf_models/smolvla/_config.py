@@ -16,6 +16,8 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from ..vla._config import lerobot_features, square_side
+
 __all__ = ["VLM_VARIANTS", "SmolVLAConfig", "SmolVLMSize"]
 
 _POSITIVE = v.gt(0)
@@ -255,16 +257,13 @@ class SmolVLAConfig:
         A VLM that is not the one ``vlm_model_name`` names (tiny test models) goes into an extra
         ``rlinf_architecture`` entry, which LeRobot does not know.
         """
-        features: dict[str, Any] = {
-            f"observation.images.{name}": {"type": "VISUAL", "shape": [3, self.image_size, self.image_size]}
-            for name in camera_names
-        }
-        features["observation.state"] = {"type": "STATE", "shape": [state_dim]}
+        features = lerobot_features(
+            image_size=self.image_size, state_dim=state_dim, action_dim=action_dim, camera_names=camera_names
+        )
         out: dict[str, Any] = {
             "type": "smolvla",
             "n_obs_steps": 1,
-            "input_features": features,
-            "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
+            **features,
             "chunk_size": self.chunk_size,
             "n_action_steps": self.chunk_size,
             "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
@@ -322,14 +321,12 @@ class SmolVLAConfig:
                 raise ValueError(
                     f"config.json {key!r} = {data[key]!r} is not supported (only {allowed[0]!r})"
                 )
-        resolution = data.get("resize_imgs_with_padding") or [512, 512]
-        if len(resolution) != 2 or resolution[0] != resolution[1]:
-            raise ValueError(f"config.json 'resize_imgs_with_padding' must be square, got {resolution}")
+        side = square_side(data.get("resize_imgs_with_padding") or [512, 512], "resize_imgs_with_padding")
         name = data.get("vlm_model_name", SMOLVLM2_500M)
         fields: dict[str, Any] = {
             "vlm": _vlm_size(data, name, base_dir),
             "vlm_model_name": name,
-            "image_size": resolution[0],
+            "image_size": side,
             **{key: data[key] for key in _LEROBOT_FIELDS if data.get(key) is not None},
         }
         fields.update(overrides)
