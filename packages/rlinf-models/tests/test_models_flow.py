@@ -269,8 +269,10 @@ def test_the_trainer_recomputes_the_rollouts_logprobs_and_updates() -> None:
 
 # ---------------------------------------------------------------------------------------------- config
 def test_flow_config_errors_name_the_field() -> None:
-    with pytest.raises(ValueError, match="add_q_head"):
-        PolicyConfig(model_type="flow", add_q_head=True, add_value_head=False)
+    with pytest.raises(ValueError, match="add_q_head"):  # SAC-Flow trains model_type flow, not a VLA
+        PolicyConfig(model_type="pi0", add_q_head=True, add_value_head=False)
+    with pytest.raises(ValueError, match="joint_logprob"):
+        PolicyConfig(model_type="flow", add_q_head=True, add_value_head=False, joint_logprob=False)
     with pytest.raises(ValueError, match="noise_logvar_range"):
         PolicyConfig(model_type="flow", noise_logvar_range=(0.2, 0.1))
     with pytest.raises(ValueError, match="time_embed_dim"):

@@ -20,6 +20,7 @@ from rlinf_core.protocols import (
 from rlinf_models import ExpertConfig
 from rlinf_models.offpolicy import build_expert
 from rlinf_models.policies import (
+    FlowSACPolicy,
     PolicyConfig,
     PolicyOutput,
     SquashedGaussianPolicy,
@@ -178,7 +179,7 @@ class EmbodiedRolloutWorker(Worker):
         """
         if mode not in (*self._peers, "random"):
             raise ValueError(f"mode must be 'train', 'eval' or 'random', got {mode!r}")
-        if mode == "random" and not isinstance(self.policy, SquashedGaussianPolicy):
+        if mode == "random" and not isinstance(self.policy, SquashedGaussianPolicy | FlowSACPolicy):
             raise ValueError("mode 'random' needs the off-policy policy (actor.model.add_q_head: true)")
         if weights is not None:
             self._take_weights(weights, min_version)
@@ -240,7 +241,7 @@ class EmbodiedRolloutWorker(Worker):
         n = sum(sizes)
         if self.expert is not None and mode == "train":
             out = self._mix_expert(obs, out, n)
-        if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy):
+        if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy | FlowSACPolicy):
             out = PolicyOutput(self.policy.random_actions(n), torch.zeros_like(out.logprobs), out.values)
         logprobs = out.logprobs.reshape(n, -1)
         final_values = None

@@ -24,6 +24,8 @@ Time runs as in openpi: ``x_t = t·ε + (1 - t)·a`` joins the action chunk ``a`
   ``C``/``D`` as the loss's ``logprob_type`` says). With the same weights it equals :class:`FlowSample`'s
   ``logprobs`` from the rollout. It also returns the transitions' Gaussian entropy (non-zero for Flow-Noise:
   Flow-SDE's std is fixed, its entropy carries no gradient).
+- :func:`rsample_chain`: the chain as a differentiable function of given draws (every step stochastic), for
+  SAC-Flow's reparameterised actor loss.
 - :func:`flow_matching_loss`: the conditional flow-matching regression for supervised fine-tuning.
 
 docs/flow_policy.md has the derivation and the choices in our words.
@@ -38,6 +40,7 @@ from ._chain import (
     flow_matching_loss,
     gaussian_entropy,
     gaussian_log_prob,
+    rsample_chain,
     sample_chain,
     sample_flow_times,
     sde_sigmas,
@@ -55,6 +58,7 @@ __all__ = [
     "flow_matching_loss",
     "gaussian_entropy",
     "gaussian_log_prob",
+    "rsample_chain",
     "sample_chain",
     "sample_flow_times",
     "sde_sigmas",

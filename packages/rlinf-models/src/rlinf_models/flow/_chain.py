@@ -22,6 +22,7 @@ __all__ = [
     "flow_matching_loss",
     "gaussian_entropy",
     "gaussian_log_prob",
+    "rsample_chain",
     "sample_chain",
     "sample_flow_times",
     "sde_sigmas",
@@ -225,6 +226,52 @@ def sample_chain(
     return FlowSample(
         actions=x, chain=torch.stack(chain, dim=1), denoise_mask=denoise_mask, logprobs=logprobs
     )
+
+
+def rsample_chain(
+    field: VelocityField,
+    cond: Any,
+    noise: Tensor,
+    *,
+    noise_method: NoiseMethod,
+    noise_level: float = 0.0,
+) -> FlowSample:
+    """The reparameterised chain of given standard-normal draws, every step stochastic (SAC-Flow's actor).
+
+    ``x_0 = noise[:, 0]`` and ``x_{k+1} = μ_k(x_k) + std_k(x_k)·noise[:, k + 1]`` (:func:`step_mean_std`), so
+    the actions are a differentiable function of the field's weights given the draws: the K-step sampler is
+    back-propagated through as a recurrent network (SAC Flow, arXiv 2509.25756, section 4). ``flow_ode`` ignores
+    the step draws (the ODE from ``x_0``; log-probs 0).
+
+    Args:
+        field: the velocity field.
+        cond: passed to ``field`` unchanged.
+        noise: ``[B, K + 1, C, D]`` standard-normal draws: the initial point, then one per step.
+        noise_method: ``flow_sde``, ``flow_noise`` or ``flow_ode``.
+        noise_level: Flow-SDE's ``a``.
+
+    Returns:
+        The chain (with autograd), an all-true ``denoise_mask`` (none for ``flow_ode``) and the per-element
+        sum of the step log-densities ``[B, C, D]`` (the initial draw's density is not included).
+    """
+    b, k_plus_1 = noise.shape[:2]
+    num_steps = k_plus_1 - 1
+    stochastic = noise_method != "flow_ode"
+    times = timesteps(num_steps, dtype=noise.dtype, device=noise.device)
+    x = noise[:, 0]
+    chain = [x]
+    logprobs = torch.zeros_like(x)
+    for k in range(num_steps):
+        step = torch.full((b,), k, dtype=torch.long, device=noise.device)
+        velocity, noise_std = field(x, times[k].expand(b), cond)
+        mean, std = step_mean_std(
+            x, velocity, noise_std, step, num_steps, noise_method=noise_method, noise_level=noise_level
+        )
+        x = mean + std * noise[:, k + 1] if stochastic else mean
+        logprobs = logprobs + gaussian_log_prob(x, mean, std)
+        chain.append(x)
+    mask = torch.full((b, num_steps), stochastic, dtype=torch.bool, device=noise.device)
+    return FlowSample(actions=x, chain=torch.stack(chain, dim=1), denoise_mask=mask, logprobs=logprobs)
 
 
 def chain_log_prob(

@@ -35,7 +35,7 @@ from .._fsdp import (
     shard_module,
 )
 from ..embodied import gather_trajectories, init_from_model_path, staleness_counts
-from ..policies import SquashedGaussianPolicy
+from ..policies import SquashedGaussianPolicy, build_offpolicy_policy
 from ._dagger import DAggerTrainer
 from ._trainer import SACTrainer
 
@@ -79,7 +79,7 @@ class OffPolicyActorWorker(Worker):
         self.comm_timeout = comm_timeout
         self.device = select_device()
         torch.manual_seed(actor.seed)  # identical weights and noise on every rank
-        self.policy = SquashedGaussianPolicy(spec, actor.model).to(self.device)
+        self.policy = build_offpolicy_policy(spec, actor.model).to(self.device)
         # Before the trainer is built: its target networks and optimizers start from these weights.
         init_from_model_path(self, self.policy, actor.model.model_path)
         shard = None
@@ -95,6 +95,11 @@ class OffPolicyActorWorker(Worker):
             if self.world_size > 1:
                 raise ValueError(
                     "algorithm.loss_type embodied_dagger runs on one actor rank; place the actor on one slot"
+                )
+            if not isinstance(self.policy, SquashedGaussianPolicy):
+                raise ValueError(
+                    "algorithm.loss_type embodied_dagger trains the tanh-Gaussian policy: set actor.model.model_type "
+                    "'mlp' or 'cnn', not 'flow'"
                 )
             self.trainer = DAggerTrainer(self.policy, spec, actor, algorithm, device=self.device)
         else:

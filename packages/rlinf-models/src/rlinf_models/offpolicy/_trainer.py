@@ -53,7 +53,7 @@ from .._fsdp import (
     load_full_optimizer_state_dict,
 )
 from ..actor import adamw
-from ..policies import QEnsemble, SquashedGaussianPolicy
+from ..policies import FlowSACPolicy, QEnsemble, SquashedGaussianPolicy
 from ..policies._encoders import TensorObs, random_shift
 from ._buffer import ReplayBuffer, SymmetricSampler
 
@@ -129,7 +129,8 @@ class SACTrainer:
     """The off-policy learner: policy, critics, target critics, temperature, optimizers and replay buffers.
 
     Args:
-        policy: the tanh-Gaussian policy (on ``device``); its weights are what the rollout runs.
+        policy: the tanh-Gaussian policy or SAC-Flow's flow policy (on ``device``); its weights are what the
+            rollout runs.
         spec: the env.
         actor: the ``actor`` config (``model`` for the critics, ``optim``, ``global_batch_size`` = batch size).
         algorithm: the ``algorithm`` config (the off-policy fields, ``gamma``, ``bootstrap_type``).
@@ -145,7 +146,7 @@ class SACTrainer:
 
     def __init__(
         self,
-        policy: SquashedGaussianPolicy,
+        policy: SquashedGaussianPolicy | FlowSACPolicy,
         spec: EnvSpec,
         actor: EmbodiedActorConfig,
         algorithm: AlgorithmConfig,
@@ -186,7 +187,9 @@ class SACTrainer:
             shard(self.critic)
             if self.target_critic is not None:
                 shard(self.target_critic)
-        self._noise_shape = (policy.chunks, spec.action_dim)
+        self._noise_shape = (
+            policy.noise_shape if isinstance(policy, FlowSACPolicy) else (policy.chunks, spec.action_dim)
+        )
         self._aug_keys = _augmented_keys(spec, actor.model.image_aug)
         self.aug_pad = actor.model.image_aug_pad
         optim = actor.optim

@@ -11,8 +11,9 @@ from ._config import VLA_MODEL_TYPES, PolicyConfig, checkpoint_weights_file
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput
-    from ._factory import build_inference_policy, build_policy
+    from ._factory import build_inference_policy, build_offpolicy_policy, build_policy
     from ._flow import FlowPolicy
+    from ._flow_sac import FlowSACPolicy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
     from ._weights import LoadedWeights, load_policy_weights, rollout_state_dict
 
@@ -25,7 +26,9 @@ __getattr__ = lazy_exports(
         "PolicyOutput": "._actor_critic",
         "build_policy": "._factory",
         "FlowPolicy": "._flow",
+        "FlowSACPolicy": "._flow_sac",
         "build_inference_policy": "._factory",
+        "build_offpolicy_policy": "._factory",
         "BatchRenorm1d": "._sac",
         "QEnsemble": "._sac",
         "SquashedGaussianPolicy": "._sac",
@@ -40,12 +43,14 @@ __all__ = [
     "ActorCritic",
     "BatchRenorm1d",
     "FlowPolicy",
+    "FlowSACPolicy",
     "LoadedWeights",
     "PolicyConfig",
     "PolicyOutput",
     "QEnsemble",
     "SquashedGaussianPolicy",
     "build_inference_policy",
+    "build_offpolicy_policy",
     "build_policy",
     "checkpoint_weights_file",
     "load_policy_weights",

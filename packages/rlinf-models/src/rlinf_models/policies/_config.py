@@ -88,9 +88,16 @@ class PolicyConfig(LoraShape):
     ``false`` for ``flow_sde``, ``true`` for ``flow_noise``, as in πRL."""
     time_embed_dim: int = attrs.field(default=16, validator=v.ge(2))
     """``flow``: width of the sinusoidal embedding of the denoising time (even)."""
+    flow_velocity: Literal["mlp", "gated"] = "mlp"
+    """``flow``: how the network gives the velocity. ``mlp``: an MLP's output. ``gated``: SAC Flow's Flow-G
+    (arXiv 2509.25756): a sigmoid gate ``g`` and a candidate ``ĥ`` (two heads on the same MLP body) make the
+    Euler step ``x + δ·g⊙(ĥ - x)``, a GRU-style update that keeps the gradients through the K-step sampler
+    bounded (recommended with ``add_q_head``)."""
     add_q_head: bool = False
     """Off-policy actor-critic (``algorithm.loss_type: embodied_sac``): a tanh-Gaussian policy with a state-dependent
-    std, scaled to the action bounds, plus Q heads that only the actor trains; needs ``add_value_head: false``."""
+    std, scaled to the action bounds, plus Q heads that only the actor trains; needs ``add_value_head: false``.
+    With ``model_type: flow`` the actor is the flow policy instead (SAC-Flow, docs/flow_policy.md): its
+    ``denoising_steps``-step chain, every step stochastic (``noise_method``), squashed by tanh."""
     num_q_heads: int = attrs.field(default=2, validator=v.ge(1))
     """Q heads of the off-policy critic ensemble (2: twin Q; RLPD uses 10)."""
     q_hidden_sizes: tuple[int, ...] | None = None
@@ -148,10 +155,20 @@ class PolicyConfig(LoraShape):
         return self.model_type in VLA_MODEL_TYPES
 
     def __attrs_post_init__(self) -> None:
-        if self.model_type in ("flow", *VLA_MODEL_TYPES) and self.add_q_head:
+        if self.is_vla and self.add_q_head:
             raise ValueError(
                 f"model_type {self.model_type!r} is trained on-policy (PPO/GRPO) and has no Q heads: set "
                 "add_q_head: false"
+            )
+        if self.model_type == "flow" and self.add_q_head and self.joint_logprob is False:
+            raise ValueError(
+                "joint_logprob: false (one stochastic step per chain) is on-policy only; SAC-Flow "
+                "(model_type 'flow' with add_q_head) makes every step stochastic: set joint_logprob to true or null"
+            )
+        if self.flow_velocity != "mlp" and self.model_type != "flow":
+            raise ValueError(
+                f"flow_velocity {self.flow_velocity!r} applies to model_type 'flow', not {self.model_type!r}: "
+                "set flow_velocity: mlp"
             )
         if self.is_vla:
             missing = [

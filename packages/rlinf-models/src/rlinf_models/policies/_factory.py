@@ -10,13 +10,14 @@ from rlinf_core.protocols import EnvSpec
 from ._actor_critic import ActorCritic
 from ._config import PolicyConfig
 from ._flow import FlowPolicy
+from ._flow_sac import FlowSACPolicy
 from ._sac import SquashedGaussianPolicy
 
 if TYPE_CHECKING:
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 
-__all__ = ["build_inference_policy", "build_policy"]
+__all__ = ["build_inference_policy", "build_offpolicy_policy", "build_policy"]
 
 _DEFAULT_CONFIG = PolicyConfig()
 
@@ -44,16 +45,29 @@ def build_policy(
     return ActorCritic(spec, config)
 
 
+def build_offpolicy_policy(spec: EnvSpec, config: PolicyConfig) -> SquashedGaussianPolicy | FlowSACPolicy:
+    """The off-policy actor of ``config`` (``add_q_head``).
+
+    SAC-Flow's :class:`FlowSACPolicy` for ``model_type: flow``, else the tanh-Gaussian
+    :class:`SquashedGaussianPolicy`.
+    """
+    if config.model_type == "flow":
+        return FlowSACPolicy(spec, config)
+    return SquashedGaussianPolicy(spec, config)
+
+
 def build_inference_policy(
     spec: EnvSpec, config: PolicyConfig
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy:
-    """The policy the rollout runs for ``config``: the off-policy tanh-Gaussian one when ``add_q_head``.
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy | FlowSACPolicy:
+    """The policy the rollout runs for ``config``: the off-policy actor when ``add_q_head``.
+
+    The off-policy actor is :func:`build_offpolicy_policy`'s.
 
     All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts
     are what the matching actor worker sends.
     """
     if config.add_q_head:
-        return SquashedGaussianPolicy(spec, config)
+        return build_offpolicy_policy(spec, config)
     if config.is_lora:
         # The actor sends merged weights (rollout_state_dict): the rollout runs the plain model.
         config = attrs.evolve(config, is_lora=False)

@@ -92,8 +92,9 @@ class FlowPolicy(nn.Module):
     """A flow-matching actor and an optional value head over a vector observation encoder.
 
     The velocity network is an MLP over ``(observation features, x_t flattened, time embedding)`` with
-    ``hidden_sizes``; for ``noise_method: flow_noise`` a second MLP of the same inputs predicts the per-element
-    noise std, squashed into ``noise_logvar_range``. The value head is an MLP over the observation features.
+    ``hidden_sizes`` (``flow_velocity: gated``: SAC Flow's gated Flow-G velocity on the same body); for
+    ``noise_method: flow_noise`` a second MLP of the same inputs predicts the per-element noise std, squashed
+    into ``noise_logvar_range``. The value head is an MLP over the observation features.
 
     Same interface as :class:`~rlinf_models.policies.ActorCritic` (``act``, ``value``, ``evaluate``), except that
     ``act`` also returns the denoising chain (``PolicyOutput.forward_inputs``) and ``evaluate`` needs it back.
@@ -123,6 +124,10 @@ class FlowPolicy(nn.Module):
         inp = feat + flat + config.time_embed_dim
         self.velocity_body, out = mlp(inp, config.hidden_sizes, act, config.ortho_init)
         self.velocity_head = _head(out, flat, 0.01)
+        self.gate_head: nn.Module | None = None
+        if config.flow_velocity == "gated":
+            # Flow-G: the gate of a GRU-style step on the velocity MLP's features (velocity_head is the candidate)
+            self.gate_head = _head(out, flat, 0.01)
         self.noise_body: nn.Module | None = None
         self.noise_head: nn.Module | None = None
         if config.noise_method == "flow_noise":
@@ -144,7 +149,13 @@ class FlowPolicy(nn.Module):
         inp = torch.cat(
             [features, x_t.reshape(b, -1), sinusoidal_time_embedding(t, self.config.time_embed_dim)], dim=-1
         )
-        velocity = self.velocity_head(self.velocity_body(inp)).view_as(x_t)
+        hidden = self.velocity_body(inp)
+        velocity = self.velocity_head(hidden).view_as(x_t)
+        if self.gate_head is not None:
+            # Flow-G (SAC Flow, arXiv 2509.25756): the Euler step x - δ·v becomes x + δ·g⊙(ĥ - x) with the gate
+            # g = sigmoid(...) and the candidate ĥ, i.e. v = g⊙(x - ĥ) in this module's time direction.
+            gate = torch.sigmoid(self.gate_head(hidden)).view_as(x_t)
+            velocity = gate * (x_t - velocity)
         if self.noise_body is None or self.noise_head is None:
             return velocity, None
         # tanh squashes the head's output into [log min_std, log max_std].

@@ -47,7 +47,13 @@ def offpolicy_problems(
     if not cfg.actor.model.add_q_head:
         problems.append(
             f"actor.model.add_q_head must be true for algorithm.loss_type {alg.loss_type!r} "
-            "(the tanh-Gaussian policy and its Q heads; with add_value_head: false)"
+            "(the tanh-Gaussian policy, or SAC-Flow's flow policy for model_type 'flow', and its Q heads; with "
+            "add_value_head: false)"
+        )
+    if cfg.actor.model.model_type == "flow" and alg.loss_type == "embodied_dagger":
+        problems.append(
+            "actor.model.model_type 'flow' with algorithm.loss_type 'embodied_dagger': DAgger trains the "
+            "tanh-Gaussian policy; choose model_type 'mlp', 'cnn' or 'resnet'"
         )
     if not cfg.env.train.auto_reset:
         problems.append(
