@@ -45,7 +45,7 @@ def test_the_expected_configs_exist() -> None:
 def test_every_config_loads_and_places(app: ReasoningApp, name: str) -> None:
     cfg = app.load_config(APP_DIR / "config" / f"{name}.yaml")
     assert app.world_sizes(cfg) == {"actor": 1, "rollout": 1, "reward": 1}
-    expected = "disaggregated" if "disaggregated" in name else "collocated"
+    expected = "disaggregated" if "disaggregated" in name or "pipeline" in name else "collocated"
     assert placement_mode(cfg) == expected
     assert cfg.actor.model.model_path == "smollm2-135m-instruct"
     if cfg.algorithm.adv_type == "gae":
