@@ -17,10 +17,9 @@ import attrs
 import torch
 from torch import Tensor
 
-from ..vla._checkpoint import CheckpointMismatchError
+from ..vla._checkpoint import VALUE_HEAD_FILE, load_strictly, stored_value_head_sizes
 
 try:
-    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 except ImportError as e:  # pragma: no cover - exercised only without the extra
@@ -35,9 +34,7 @@ __all__ = ["OpenVLALoadReport", "load_openvla", "load_openvla_weights", "read_we
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-VALUE_HEAD_FILE = "value_head.safetensors"
 _VALUE_HEAD = "value_head."
-_LISTED = 20
 
 
 @attrs.frozen
@@ -51,12 +48,6 @@ class OpenVLALoadReport:
 
     files: tuple[str, ...]
     initialised: tuple[str, ...]
-
-
-def _listing(names: list[str]) -> str:
-    return ", ".join(names[:_LISTED]) + (
-        f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else ""
-    )
 
 
 def read_weights(directory: str | Path) -> tuple[dict[str, Tensor], tuple[str, ...]]:
@@ -85,33 +76,8 @@ def load_openvla_weights(model: OpenVLAModel, directory: str | Path) -> OpenVLAL
     tensors, files = read_weights(root)
     if (root / VALUE_HEAD_FILE).is_file() and model.value_head is not None:
         tensors.update({_VALUE_HEAD + k: t for k, t in load_file(str(root / VALUE_HEAD_FILE)).items()})
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in tensors]
-    initialised = tuple(k for k in missing if k.startswith(_VALUE_HEAD))
-    missing = [k for k in missing if k not in initialised]
-    unexpected = sorted(k for k in tensors if k not in expected)
-    shapes = [
-        f"{k}: file {list(tensors[k].shape)} vs model {list(t.shape)}"
-        for k, t in expected.items()
-        if k in tensors and tensors[k].shape != t.shape
-    ]
-    if missing or unexpected or shapes:
-        raise CheckpointMismatchError(
-            f"{root} does not match the OpenVLA model built from its config: "
-            f"{len(missing)} missing [{_listing(missing)}]; {len(unexpected)} unexpected [{_listing(unexpected)}]; "
-            f"{len(shapes)} shape mismatches [{_listing(shapes)}]"
-        )
-    model.load_state_dict(tensors, strict=False)
+    initialised = load_strictly(model, tensors, where=str(root), kind="OpenVLA")
     return OpenVLALoadReport(files=files, initialised=initialised)
-
-
-def stored_value_head_sizes(directory: str | Path) -> tuple[int, ...] | None:
-    """The value head's hidden widths ``value_head.safetensors`` records (``None``: no such file)."""
-    file = Path(directory) / VALUE_HEAD_FILE
-    if not file.is_file():
-        return None
-    with safe_open(str(file), "pt") as f:
-        return tuple(json.loads((f.metadata() or {})["value_head_sizes"]))
 
 
 def load_openvla(

@@ -111,6 +111,30 @@ def load_lerobot_weights(
         if name in expected and name not in tensors and twin in tensors:
             tensors[name] = tensors[twin]
             tied_from[name] = twin
+    initialised = load_strictly(model, tensors, where=str(file), kind=kind)
+    return LoadReport(initialised=initialised, tied_from=tied_from, prefixed=prefixed)
+
+
+def load_strictly(
+    model: nn.Module, tensors: Mapping[str, Tensor], *, where: str, kind: str
+) -> tuple[str, ...]:
+    """Load ``tensors`` into ``model``: every tensor of the model must be there with its shape, and nothing else.
+
+    Only the value head (``value_head.*``, ours, RL-only) may be missing: it keeps its fresh initialisation.
+
+    Args:
+        model: the model built from the checkpoint's config.
+        tensors: the file's tensors under the model's names.
+        where: the file or directory, for the message.
+        kind: the model's name, for the message (``π0``, ``SmolVLA``, ``OpenVLA``).
+
+    Returns:
+        The value-head tensors left at their initialisation.
+
+    Raises:
+        CheckpointMismatchError: naming the missing and unexpected tensors and the shape mismatches.
+    """
+    expected = model.state_dict()
     missing = [k for k in expected if k not in tensors]
     initialised = tuple(k for k in missing if k.startswith(_VALUE_HEAD))
     missing = [k for k in missing if k not in initialised]
@@ -122,12 +146,12 @@ def load_lerobot_weights(
     ]
     if missing or unexpected or shapes:
         raise CheckpointMismatchError(
-            f"{file} does not match the {kind} model built from its config: "
+            f"{where} does not match the {kind} model built from its config: "
             f"{len(missing)} missing [{_listing(missing)}]; {len(unexpected)} unexpected [{_listing(unexpected)}]; "
             f"{len(shapes)} shape mismatches [{_listing(shapes)}]"
         )
     model.load_state_dict({k: v for k, v in tensors.items() if k in expected}, strict=False)
-    return LoadReport(initialised=initialised, tied_from=tied_from, prefixed=prefixed)
+    return initialised
 
 
 def stored_value_head_sizes(directory: str | Path) -> tuple[int, ...] | None:
