@@ -2,8 +2,12 @@ r"""Generate the coding task set offline: ``uv run apps/reasoning/prepare_code_d
 
 Each task asks for one small Python function from a template with a random parameter ("Write a Python
 function ``scale(x)`` that returns x multiplied by 7."). A task instance is a (template, parameter) pair;
-the splits hold disjoint instances, so the held-out evaluation asks for functions never seen in training
-(same templates, new parameters). Three JSONL files are written under ``data/code_tasks/``:
+the splits hold disjoint instances, stratified by template, so the held-out evaluation asks for functions
+never seen in training (same templates, new parameters). The SFT demonstrations cover only the 5 templates
+marked ``sft=True`` (one expression, no special case); the other 8 (a condition, two steps, an empty list or
+zero among the hidden tests) are in train and eval only, so what the model does on them after the warm-up is
+what it generalises from the demonstrated ones, and RL has to teach the rest. Three JSONL files are written
+under ``data/code_tasks/``:
 
 - ``train.jsonl``: RL prompts ``{"prompt", "answer", "task"}``;
 - ``eval.jsonl``: held-out prompts;
@@ -35,7 +39,11 @@ TESTS_PER_TASK = 4
 
 @dataclass(frozen=True)
 class Template:
-    """One family of tasks: a function ``name(args)`` whose body is ``return <body with {k}>``."""
+    """One family of tasks: a function ``name(args)`` whose body is ``return <body with {k}>``.
+
+    ``edge`` inputs (an empty list, zero, a negative number) are always among a task's hidden tests, before the
+    random ones; ``sft`` says whether the warm-up may demonstrate the template.
+    """
 
     name: str
     args: str
@@ -43,6 +51,8 @@ class Template:
     body: str
     params: tuple[Any, ...]
     inputs: Callable[[random.Random], tuple[Any, ...]]
+    edge: tuple[tuple[Any, ...], ...] = ()
+    sft: bool = True
 
 
 def _ints(rng: random.Random) -> tuple[Any, ...]:
@@ -53,29 +63,34 @@ def _lists(rng: random.Random) -> tuple[Any, ...]:
     return ([rng.randint(-9, 30) for _ in range(rng.randint(1, 6))],)
 
 
-def _words(rng: random.Random) -> tuple[Any, ...]:
-    return ("".join(rng.choice("abcdexyz") for _ in range(rng.randint(1, 8))),)
-
-
 _K = tuple(range(2, 40))
+_EMPTY_LIST: tuple[tuple[Any, ...], ...] = (([],),)
 TEMPLATES = (
+    # Demonstrated in the SFT warm-up: one expression of the parameter, no special case.
     Template("scale", "x", "returns x multiplied by {k}", "x * {k}", _K, _ints),
-    Template("shift", "x", "returns x plus {k}", "x + {k}", _K, _ints),
-    Template("lower", "x", "returns x minus {k}", "x - {k}", _K, _ints),
     Template("square_plus", "x", "returns x squared plus {k}", "x * x + {k}", _K, _ints),
-    Template("divides", "x", "returns True if x is divisible by {k}, else False", "x % {k} == 0", _K, _ints),
     Template("scale_all", "xs", "returns a list with every element of xs multiplied by {k}",
              "[v * {k} for v in xs]", _K, _lists),
-    Template("sum_above", "xs", "returns the sum of the elements of xs that are greater than {k}",
-             "sum(v for v in xs if v > {k})", tuple(range(0, 25)), _lists),
     Template("count_above", "xs", "returns how many elements of xs are greater than {k}",
              "len([v for v in xs if v > {k}])", tuple(range(0, 25)), _lists),
     Template("max_plus", "xs", "returns the largest element of xs plus {k}", "max(xs) + {k}", _K, _lists),
-    Template("repeat", "s", "returns the string s repeated {k} times", "s * {k}", tuple(range(2, 6)), _words),
-    Template("count_char", "s", "returns how many times the character {k!r} occurs in s",
-             "s.count({k!r})", tuple("abcdexyz"), _words),
-    Template("pad_end", "s", "returns s followed by the character {k!r} three times",
-             "s + {k!r} * 3", tuple("abcdexyz"), _words),
+    # Never demonstrated (RL only): a condition, two steps, or an edge case among the hidden tests.
+    Template("max_or", "xs", "returns the largest element of xs plus {k}, or {k} if xs is empty",
+             "max(xs) + {k} if xs else {k}", _K, _lists, _EMPTY_LIST, sft=False),
+    Template("min_or", "xs", "returns the smallest element of xs minus {k}, or 0 if xs is empty",
+             "min(xs) - {k} if xs else 0", _K, _lists, _EMPTY_LIST, sft=False),
+    Template("last_or", "xs", "returns the last element of xs, or {k} if xs is empty",
+             "xs[-1] if xs else {k}", _K, _lists, _EMPTY_LIST, sft=False),
+    Template("sign_scale", "x", "returns x multiplied by {k} if x is positive, otherwise 0",
+             "x * {k} if x > 0 else 0", _K, _ints, ((-3,), (0,)), sft=False),
+    Template("abs_diff", "x", "returns the absolute difference between x and {k}", "abs(x - {k})", _K, _ints,
+             ((-5,),), sft=False),
+    Template("fizz", "x", "returns the string 'fizz' if x is divisible by {k}, otherwise x",
+             "'fizz' if x % {k} == 0 else x", tuple(range(2, 31)), _ints, ((0,),), sft=False),
+    Template("evens_times", "xs", "returns a list of the even elements of xs, each multiplied by {k}",
+             "[v * {k} for v in xs if v % 2 == 0]", _K, _lists, _EMPTY_LIST, sft=False),
+    Template("sum_squares", "xs", "returns the sum of the squares of the elements of xs, plus {k}",
+             "sum(v * v for v in xs) + {k}", _K, _lists, _EMPTY_LIST, sft=False),
 )  # fmt: skip
 
 
@@ -86,8 +101,9 @@ def _task(template: Template, k: Any, rng: random.Random) -> dict[str, Any]:
     exec(source, namespace)  # our own reference implementation, not model output
     fn = namespace[template.name]
     tests: list[str] = []
+    edge = iter(template.edge)
     while len(tests) < TESTS_PER_TASK:
-        args = template.inputs(rng)
+        args = next(edge, None) or template.inputs(rng)
         test = f"assert {template.name}({', '.join(map(repr, args))}) == {fn(*args)!r}"
         if test not in tests:
             tests.append(test)
@@ -101,23 +117,30 @@ def _task(template: Template, k: Any, rng: random.Random) -> dict[str, Any]:
 
 
 def generate(sizes: dict[str, int], seed: int) -> dict[str, list[dict[str, Any]]]:
-    """Disjoint splits of task instances, taken in ``sizes`` order from one shuffled pool.
+    """Disjoint splits of task instances, stratified by template, filled in ``sizes`` order.
+
+    Each template's parameters are shuffled once; a split takes, round after round, one unused instance from
+    every template it may use (the ``sft`` split only templates with ``sft=True``), in a shuffled order and
+    skipping templates with none left. So each split mixes the templates evenly, and no instance is in two
+    splits.
 
     Raises:
         SystemExit: when the templates have fewer instances than the splits need.
     """
     rng = random.Random(seed)
-    pool = [(t, k) for t in TEMPLATES for k in t.params]
-    rng.shuffle(pool)
-    if sum(sizes.values()) > len(pool):
-        raise SystemExit(
-            f"error: the splits need {sum(sizes.values())} task instances, there are {len(pool)}"
-        )
+    unused = {t.name: rng.sample(t.params, len(t.params)) for t in TEMPLATES}
     out: dict[str, list[dict[str, Any]]] = {}
-    start = 0
     for name, size in sizes.items():
-        out[name] = [_task(t, k, rng) for t, k in pool[start : start + size]]
-        start += size
+        allowed = [t for t in TEMPLATES if t.sft or name != "sft"]
+        picked: list[tuple[Template, Any]] = []
+        while len(picked) < size:
+            left = [t for t in allowed if unused[t.name]]
+            if not left:
+                raise SystemExit(f"error: the templates have too few instances left for {size} {name} rows")
+            rng.shuffle(left)
+            picked.extend((t, unused[t.name].pop()) for t in left[: size - len(picked)])
+        rng.shuffle(picked)
+        out[name] = [_task(t, k, rng) for t, k in picked]
     return out
 
 

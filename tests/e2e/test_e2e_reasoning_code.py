@@ -44,6 +44,12 @@ def test_shipped_code_tasks_are_held_out(app: ReasoningApp) -> None:
     assert len(tasks["eval"]) == len(data["eval"]) == 100
     assert not tasks["eval"] & (tasks["train"] | tasks["sft"])
     assert all(len(e.answers) == 4 and e.answers[0].startswith("assert ") for e in data["eval"])
+    # The warm-up demonstrates some templates only; train and eval hold all of them.
+    demonstrated = {t.name for t in _prepare_module().TEMPLATES if t.sft}
+    templates = {name: {task.split("/")[0] for task in tasks[name]} for name in tasks}
+    assert templates["sft"] <= demonstrated
+    assert templates["eval"] - demonstrated and templates["train"] - demonstrated
+    assert templates["train"] | templates["sft"] <= templates["eval"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
@@ -52,8 +58,11 @@ def test_reference_solutions_pass_and_generation_is_deterministic(tmp_path: Path
     sizes = {"eval": 5, "sft": 5, "train": 5}
     first, again = module.generate(sizes, 3), module.generate(sizes, 3)
     assert first == again
+    assert first != module.generate(sizes, 4)
     rows = [r for split in first.values() for r in split]
     assert len({r["task"] for r in rows}) == 15
+    demonstrated = {t.name for t in module.TEMPLATES if t.sft}
+    assert all(r["task"].split("/")[0] in demonstrated for r in first["sft"])
     rewards = CodeReward().get_reward([r["solution"] for r in rows], [r["answer"] for r in rows])
     assert rewards == [1.0] * 15
     assert (
