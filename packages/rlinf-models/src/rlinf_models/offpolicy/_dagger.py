@@ -24,12 +24,13 @@ from rlinf_core.protocols import EnvSpec, ObsSpec, obs_index, obs_len, obs_map
 from .._config import EmbodiedActorConfig, ExpertConfig
 from .._fsdp import full_optimizer_state_dict, load_full_optimizer_state_dict
 from ..actor import adamw
-from ..policies import ActorCritic, FlowPolicy, SquashedGaussianPolicy, build_inference_policy
+from ..policies import ActorCritic, FlowPolicy, FlowSACPolicy, SquashedGaussianPolicy, build_inference_policy
 from ..policies._encoders import TensorObs
 from ..policies._weights import load_policy_weights
 from ._buffer import ReplayBuffer
 
 if TYPE_CHECKING:
+    from ..openvla import OpenVLAPolicy
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 from ._trainer import _augmented_keys, shift_images
@@ -66,7 +67,15 @@ def expert_spec(spec: EnvSpec, expert: ExpertConfig) -> EnvSpec:
 
 def build_expert(
     spec: EnvSpec, expert: ExpertConfig, device: torch.device | None = None
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy:
+) -> (
+    ActorCritic
+    | FlowPolicy
+    | Pi0Policy
+    | SmolVLAPolicy
+    | OpenVLAPolicy
+    | SquashedGaussianPolicy
+    | FlowSACPolicy
+):
     """The expert policy with its checkpoint's weights, in eval mode (``act(obs, deterministic=True)``).
 
     Raises:

@@ -3,7 +3,8 @@
 See docs/vla.md. :class:`OpenVLAModel` holds the published tensor names (``vision_backbone.*``, ``projector.*``,
 ``language_model.*``), decodes action tokens with their log-probabilities (:meth:`~OpenVLAModel.sample_actions`)
 and recomputes them teacher-forced (:meth:`~OpenVLAModel.evaluate_actions`); :func:`load_openvla` /
-:func:`save_openvla` read and write the Hugging Face checkpoint layout of ``openvla/openvla-7b``.
+:func:`save_openvla` read and write the Hugging Face checkpoint layout of ``openvla/openvla-7b``;
+:class:`OpenVLAPolicy` is the embodied PPO/GRPO policy over it (``actor.model.model_type: openvla``).
 """
 
 from ._actions import ActionTokenizer, unnormalize_actions
@@ -26,12 +27,15 @@ from ._inputs import (
 )
 from ._lora import apply_lora
 from ._model import ActionSample, OpenVLAModel, ValueHead, llama_config, reduce_log_probs
+from ._policy import OPENVLA_FORWARD_INPUT_KEYS, OPENVLA_VALUE_HEAD_SIZES, OpenVLAPolicy, check_openvla_env
 from ._vision import PrismaticProjector, PrismaticVisionBackbone, TimmViT
 
 __all__ = [
     "IMAGENET_MEAN_STD",
     "LLAMA_EMPTY_TOKEN_ID",
     "OPENVLA_7B_TEXT_CONFIG",
+    "OPENVLA_FORWARD_INPUT_KEYS",
+    "OPENVLA_VALUE_HEAD_SIZES",
     "SIGLIP_MEAN_STD",
     "TIMM_VIT_SPECS",
     "VISION_BACKBONES",
@@ -40,6 +44,7 @@ __all__ = [
     "OpenVLAConfig",
     "OpenVLALoadReport",
     "OpenVLAModel",
+    "OpenVLAPolicy",
     "PrismaticProjector",
     "PrismaticVisionBackbone",
     "TimmViT",
@@ -47,6 +52,7 @@ __all__ = [
     "ViTSpec",
     "action_stats",
     "apply_lora",
+    "check_openvla_env",
     "format_prompt",
     "llama_config",
     "load_openvla",

@@ -164,6 +164,14 @@ class OpenVLAModel(nn.Module):
 
     # --- RL ---
 
+    def prompt_values(self, pixel_values: Tensor, input_ids: Tensor, attention_mask: Tensor) -> Tensor | None:
+        """Values ``[B]`` of the prompts alone (those :meth:`sample_actions` returns), ``None`` without a head."""
+        if self.value_head is None:
+            return None
+        embeds, mask = self.embed_prompt(pixel_values, input_ids, attention_mask)
+        hidden, _ = self._hidden(embeds, mask)
+        return self._value(hidden[:, -1])
+
     def sample_actions(
         self,
         pixel_values: Tensor,

@@ -3,8 +3,10 @@
 :func:`make_tiny_openvla` writes what :func:`~rlinf_models.openvla.load_openvla` reads: ``config.json`` with the
 fields of ``openvla/openvla-7b``'s (``vision_backbone_id: dinosiglip-vit-so-224px``, ``llm_backbone_id:
 llama2-7b-pure``, a small ``text_config``, ``norm_stats`` of one dataset) plus the tiny ViT sizes in
-``rlinf_architecture``, and sharded safetensors with ``model.safetensors.index.json`` under the published key
-names. Nothing is downloaded. Part of the public API (not test-only); needs the ``openpi`` extra (transformers, safetensors, peft).
+``rlinf_architecture``, sharded safetensors with ``model.safetensors.index.json`` under the published key
+names, and (as the published directory holds Llama's tokenizer) a character-level tokenizer with BOS
+(:func:`rlinf_models.pi0.testing.write_char_tokenizer`: 98 ids, below the action tokens 256..511). Nothing is
+downloaded. Part of the public API (not test-only); needs the ``openpi`` extra (transformers, safetensors, peft).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..pi0.testing import write_char_tokenizer
 from ._checkpoint import save_openvla
 from ._config import OpenVLAConfig, ViTSpec
 from ._model import OpenVLAModel
@@ -82,8 +85,13 @@ def make_tiny_openvla(
     config: OpenVLAConfig = TINY_OPENVLA,
     value_head_sizes: tuple[int, ...] | None = None,
     max_shard_bytes: int = 256 * 1024,
+    tokenizer: bool = True,
 ) -> Path:
-    """Write a tiny random OpenVLA (several shards, like the published three) to ``out``; returns ``out``."""
+    """Write a tiny random OpenVLA (several shards, like the published three) to ``out``; returns ``out``.
+
+    ``tokenizer``: write the character tokenizer into ``out`` too (what ``actor.model.model_type: openvla``
+    reads when ``tokenizer_path`` is null).
+    """
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = OpenVLAModel(config, value_head_sizes=value_head_sizes)
@@ -91,4 +99,6 @@ def make_tiny_openvla(
         for param in model.parameters():
             param.add_(0.1 * torch.randn(param.shape, generator=generator))
     save_openvla(model, out, max_shard_bytes=max_shard_bytes)
+    if tokenizer:
+        write_char_tokenizer(out)
     return Path(out)

@@ -12,8 +12,9 @@ from .._lora_config import LoraShape
 
 __all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
 
-VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla")
-"""``model_type`` values that load a vision-language-action checkpoint (``model_path``) as a flow policy."""
+VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "openvla")
+"""``model_type`` values that load a vision-language-action checkpoint (``model_path``): flow policies, and
+``openvla`` (action tokens)."""
 
 
 def checkpoint_weights_file(path: str | Path) -> Path:
@@ -40,7 +41,7 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 class PolicyConfig(LoraShape):
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla"] = "mlp"
+    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla", "openvla"] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
     ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
     ``flow``: the flow-matching policy over vectors (an MLP velocity field; docs/flow_policy.md), for
@@ -48,7 +49,11 @@ class PolicyConfig(LoraShape):
     the checkpoint directory ``model_path`` as a flow policy (docs/vla.md, "RL fine-tuning of π0/π0.5"); the
     encoder, MLP and flow-architecture keys do not apply to it. ``smolvla``: the same for a SmolVLA checkpoint
     (docs/vla.md, "SmolVLA"); the ``pi0`` / ``pi05`` keys below apply to it, with SmolVLM2's tokenizer and
-    LeRobot's mean/std statistics file, and LoRA on the text model and the action expert."""
+    LeRobot's mean/std statistics file, and LoRA on the text model and the action expert. ``openvla``: the
+    OpenVLA checkpoint directory ``model_path`` (the published layout, its tokenizer and ``norm_stats`` inside)
+    as a discrete-token policy (docs/vla.md, "OpenVLA"): one camera, one action of ``action_dim`` tokens per
+    step (``num_action_chunks: 1``), per-token log-probabilities (``algorithm.logprob_type`` ``action_level``
+    sums them), LoRA on the Llama layers; the flow and ``norm_stats_path`` / ``state_key`` keys do not apply."""
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
@@ -117,7 +122,8 @@ class PolicyConfig(LoraShape):
     ``model.safetensors``, read with ``rlinf_models.pi0.load_pi0``); it also defines the architecture, so a
     resumed run reads it too (then loads the checkpoint's weights over it)."""
     tokenizer_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
-    """``pi0`` / ``pi05`` (required): the directory of PaliGemma's tokenizer (``tokenizer.json`` & co.)."""
+    """``pi0`` / ``pi05`` (required): the directory of PaliGemma's tokenizer (``tokenizer.json`` & co.).
+    ``openvla``: the Llama tokenizer's directory; ``null``: ``model_path`` (where the published checkpoints keep it)."""
     norm_stats_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
     """``pi0`` / ``pi05`` (required): the state/action normalisation statistics the model was trained with:
     openpi's ``norm_stats.json`` (entries ``state``, ``actions``) or LeRobot's
@@ -143,6 +149,17 @@ class PolicyConfig(LoraShape):
     )
     """Names (last component) of the Gemma towers' linear layers that get adapters (default: every attention and
     MLP projection). Layers of the same name in the SigLIP vision tower are not adapted."""
+    unnorm_key: str | None = attrs.field(default=None, validator=_non_empty_or_none)
+    """``openvla``: the dataset of the checkpoint's ``norm_stats`` whose action quantiles un-normalise the
+    decoded actions (OpenVLA's ``unnorm_key``, e.g. ``libero_spatial_no_noops``); ``null``: the only one."""
+    temperature: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    """``openvla``: the temperature of the action tokens' distribution the training rollouts sample from and the
+    actor's log-probabilities are taken under (RLinf's ``rollout.sampling_params.temperature_train``);
+    evaluation rollouts take the most likely token."""
+    gripper_action: Literal["raw", "binary_inverted"] = "raw"
+    """``openvla``: how the last action dimension reaches the env. ``raw``: as un-normalised. ``binary_inverted``:
+    OpenVLA's gripper (1 open, 0 closed) as robosuite's (-1 open, +1 closed), ``-sign(2g - 1)``, as OpenVLA's
+    LIBERO evaluation and RLinf's ``prepare_actions_for_libero`` do."""
 
     @property
     def flow_joint_logprob(self) -> bool:
@@ -151,8 +168,24 @@ class PolicyConfig(LoraShape):
 
     @property
     def is_vla(self) -> bool:
-        """``model_type`` is a vision-language-action checkpoint (``pi0`` / ``pi05``) read from ``model_path``."""
+        """``model_type`` is a vision-language-action checkpoint (:data:`VLA_MODEL_TYPES`) read from ``model_path``."""
         return self.model_type in VLA_MODEL_TYPES
+
+    def _check_openvla(self) -> None:
+        if self.model_path is None:
+            raise ValueError(
+                "model_type 'openvla' needs model_path: the checkpoint directory (docs/vla.md, \"OpenVLA\")"
+            )
+        if self.norm_stats_path is not None:
+            raise ValueError(
+                "norm_stats_path does not apply to model_type 'openvla' (its statistics are the checkpoint's "
+                "norm_stats, chosen by unnorm_key): set it to null"
+            )
+        if self.num_action_chunks != 1:
+            raise ValueError(
+                f"num_action_chunks must be 1 for model_type 'openvla' (one action per step), got "
+                f"{self.num_action_chunks}"
+            )
 
     def __attrs_post_init__(self) -> None:
         if self.is_vla and self.add_q_head:
@@ -170,7 +203,9 @@ class PolicyConfig(LoraShape):
                 f"flow_velocity {self.flow_velocity!r} applies to model_type 'flow', not {self.model_type!r}: "
                 "set flow_velocity: mlp"
             )
-        if self.is_vla:
+        if self.model_type == "openvla":
+            self._check_openvla()
+        elif self.is_vla:
             missing = [
                 name
                 for name in ("model_path", "tokenizer_path", "norm_stats_path")
@@ -190,6 +225,11 @@ class PolicyConfig(LoraShape):
             raise ValueError(
                 f"tokenizer_path and norm_stats_path belong to model_type 'pi0' / 'pi05', not {self.model_type!r}: "
                 "set them to null"
+            )
+        if self.model_type != "openvla" and (self.unnorm_key is not None or self.gripper_action != "raw"):
+            raise ValueError(
+                f"unnorm_key and gripper_action belong to model_type 'openvla', not {self.model_type!r}: set "
+                "unnorm_key: null and gripper_action: raw"
             )
         low, high = self.noise_logvar_range
         if not 0 < low <= high:

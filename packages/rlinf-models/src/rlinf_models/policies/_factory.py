@@ -14,6 +14,7 @@ from ._flow_sac import FlowSACPolicy
 from ._sac import SquashedGaussianPolicy
 
 if TYPE_CHECKING:
+    from ..openvla import OpenVLAPolicy
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 
@@ -24,12 +25,18 @@ _DEFAULT_CONFIG = PolicyConfig()
 
 def build_policy(
     spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | OpenVLAPolicy:
     """The on-policy policy of ``config`` for ``spec``.
 
     :class:`FlowPolicy` for ``model_type: flow``, :class:`~rlinf_models.pi0.Pi0Policy` for ``pi0`` / ``pi05``,
-    :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``, else ActorCritic.
+    :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``, :class:`~rlinf_models.openvla.OpenVLAPolicy`
+    for ``openvla``, else ActorCritic.
     """
+    if config.model_type == "openvla":
+        # The one place that imports the OpenVLA backend (transformers, the [openpi] extra), only when chosen.
+        from ..openvla import OpenVLAPolicy
+
+        return OpenVLAPolicy(spec, config)
     if config.model_type == "smolvla":
         # The one place that imports the SmolVLA backend (transformers, the [openpi] extra), only when chosen.
         from ..smolvla import SmolVLAPolicy
@@ -58,7 +65,15 @@ def build_offpolicy_policy(spec: EnvSpec, config: PolicyConfig) -> SquashedGauss
 
 def build_inference_policy(
     spec: EnvSpec, config: PolicyConfig
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | SquashedGaussianPolicy | FlowSACPolicy:
+) -> (
+    ActorCritic
+    | FlowPolicy
+    | Pi0Policy
+    | SmolVLAPolicy
+    | OpenVLAPolicy
+    | SquashedGaussianPolicy
+    | FlowSACPolicy
+):
     """The policy the rollout runs for ``config``: the off-policy actor when ``add_q_head``.
 
     The off-policy actor is :func:`build_offpolicy_policy`'s.
