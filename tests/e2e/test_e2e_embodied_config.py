@@ -36,6 +36,8 @@ def test_every_issue_config_exists() -> None:
         "libero_spatial_ppo_pi0_tiny",
         "libero_spatial_ppo_openpi_pi05",
         "libero_spatial_ppo_smolvla_tiny",
+        "libero_spatial_ppo_openvla_tiny",
+        "libero_spatial_ppo_openvla",
         "realworld_dummy_franka_sac_cnn",
     }
     assert expected <= set(CONFIGS)
@@ -78,6 +80,13 @@ def _load(app: EmbodiedApp, name: str, demo_file: Path) -> Any:
 
         paths = make_tiny_smolvla(demo_file.parent / "tiny_smolvla")
         overrides += [f"actor.model.{k}={v}" for k, v in paths.items()]
+    if model.get("model_type") == "openvla":
+        from rlinf_models.openvla.testing import make_tiny_openvla
+
+        tiny = demo_file.parent / "tiny_openvla"
+        if not tiny.exists():
+            make_tiny_openvla(tiny)
+        overrides.append(f"actor.model.model_path={tiny}")
     if (raw.get("actor") or {}).get("expert"):
         expert = (
             demo_file.parent / "global_step_1" / "actor" / "model.pt"
@@ -142,7 +151,10 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
             ],
         )
     text = str(err.value)
-    assert "actor.model.model_type 'pi05' does not match" in text and "allowed: pi0, pi05, smolvla" in text
+    assert (
+        "actor.model.model_type 'pi05' does not match" in text
+        and "allowed: pi0, pi05, smolvla, openvla" in text
+    )
     assert f"actor.model.tokenizer_path: no tokenizer directory at {tmp_path / 'absent'}" in text
     with pytest.raises(
         ConfigError,
@@ -151,6 +163,36 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
         app.load_config(config, [*good, f"actor.model.model_path={tmp_path}"])
     with pytest.raises(ConfigError, match="needs tokenizer_path"):
         app.load_config(config, [*good, "actor.model.tokenizer_path=null"])
+
+
+def test_openvla_files_and_keys_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None:
+    from rlinf_models.openvla.testing import make_tiny_openvla
+
+    tiny = make_tiny_openvla(tmp_path / "tiny")
+    config = APP_DIR / "config" / "libero_spatial_ppo_openvla_tiny.yaml"
+    good = [f"actor.model.model_path={tiny}"]
+    assert app.load_config(config, good).actor.model.model_type == "openvla"
+    with pytest.raises(ConfigError) as err:
+        app.load_config(
+            config,
+            [
+                *good,
+                "actor.model.unnorm_key=bridge_orig",
+                f"actor.model.tokenizer_path={tmp_path / 'absent'}",
+            ],
+        )
+    text = str(err.value)
+    assert "actor.model.unnorm_key 'bridge_orig' is not in the checkpoint's norm_stats; allowed: " in text
+    assert "libero_spatial_no_noops" in text
+    assert (
+        f"actor.model.tokenizer_path: no tokenizer (tokenizer_config.json) in {tmp_path / 'absent'}" in text
+    )
+    with pytest.raises(ConfigError, match=r"is not an OpenVLA checkpoint directory \(needs config\.json"):
+        app.load_config(config, [f"actor.model.model_path={tmp_path}"])
+    with pytest.raises(ConfigError, match="num_action_chunks must be 1 for model_type 'openvla'"):
+        app.load_config(config, [*good, "actor.model.num_action_chunks=2"])
+    with pytest.raises(ConfigError, match="norm_stats_path does not apply to model_type 'openvla'"):
+        app.load_config(config, [*good, f"actor.model.norm_stats_path={tiny / 'config.json'}"])
 
 
 def test_cross_field_problems_are_listed_with_their_paths(app: EmbodiedApp) -> None:

@@ -292,6 +292,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
 
     def _vla_path_problems(self, model: PolicyConfig) -> list[str]:
         """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist."""
+        if model.model_type == "openvla":
+            return self._openvla_path_problems(model)
         problems: list[str] = []
         assert model.model_path is not None and model.tokenizer_path is not None
         directory = self.resolve_data_path(model.model_path)
@@ -314,6 +316,46 @@ class EmbodiedApp(App[EmbodiedConfig]):
             problems.append(f"actor.model.tokenizer_path: no tokenizer directory at {tokenizer}")
         if model.norm_stats_path is not None and not self.resolve_data_path(model.norm_stats_path).is_file():
             problems.append(f"actor.model.norm_stats_path: no statistics file at {model.norm_stats_path}")
+        return problems
+
+    def _openvla_path_problems(self, model: PolicyConfig) -> list[str]:
+        """OpenVLA: the checkpoint directory (the published layout), its tokenizer and the ``unnorm_key``."""
+        assert model.model_path is not None
+        directory = self.resolve_data_path(model.model_path)
+        config_file = directory / "config.json"
+        weights = [
+            f for f in ("model.safetensors.index.json", "model.safetensors") if (directory / f).is_file()
+        ]
+        problems: list[str] = []
+        if not config_file.is_file() or not weights:
+            problems.append(
+                f"actor.model.model_path: {directory} is not an OpenVLA checkpoint directory (needs config.json and "
+                "model.safetensors.index.json or model.safetensors; scripts/make_tiny_openvla.py writes a tiny one)"
+            )
+        else:
+            config = json.loads(config_file.read_text())
+            if config.get("model_type") != "openvla":
+                problems.append(
+                    f"actor.model.model_type 'openvla' does not match {config_file}'s model_type "
+                    f"{config.get('model_type')!r}; allowed: {', '.join(VLA_MODEL_TYPES)}"
+                )
+            stats = dict(config.get("norm_stats") or {})
+            if (directory / "dataset_statistics.json").is_file():  # fine-tunes keep theirs beside config.json
+                stats |= json.loads((directory / "dataset_statistics.json").read_text())
+            if model.unnorm_key is None and len(stats) != 1:
+                problems.append(
+                    f"actor.model.unnorm_key: the checkpoint has statistics of {sorted(stats)}: set one of them"
+                )
+            elif model.unnorm_key is not None and model.unnorm_key not in stats:
+                problems.append(
+                    f"actor.model.unnorm_key {model.unnorm_key!r} is not in the checkpoint's norm_stats; "
+                    f"allowed: {', '.join(sorted(stats))}"
+                )
+        tokenizer = self.resolve_data_path(model.tokenizer_path or model.model_path)
+        if not (tokenizer / "tokenizer_config.json").is_file():
+            problems.append(
+                f"actor.model.tokenizer_path: no tokenizer (tokenizer_config.json) in {tokenizer} (null: model_path)"
+            )
         return problems
 
     def prepare_process_env(self, cfg: EmbodiedConfig) -> None:
