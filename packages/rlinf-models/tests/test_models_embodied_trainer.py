@@ -164,3 +164,25 @@ def test_staleness_counts() -> None:
     assert counts["staleness/samples"] == 4 and counts["staleness/sum"] == 28
     assert counts["staleness/max"] == 25 and counts["staleness/min"] == 0
     assert [counts[f"staleness/count_{d}"] for d in range(STALENESS_BINS)] == [1, 1, 1, 0, 0, 0, 0, 1]
+
+
+def test_value_lr_reaches_every_value_head() -> None:
+    """``optim.value_lr`` applies to the critic of an MLP policy and to a value head nested in a model (VLAs)."""
+
+    class Nested(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.backbone = torch.nn.Linear(3, 4)
+            self.model.value_head = torch.nn.Linear(4, 1)
+
+    actor = EmbodiedActorConfig(
+        global_batch_size=16, micro_batch_size=8, optim=OptimConfig(lr=1e-3, value_lr=5e-2)
+    )
+    nested = EmbodiedPPOTrainer(Nested(), AlgorithmConfig(), actor)  # type: ignore[arg-type]
+    actor_group, critic_group = nested.optimizer.param_groups
+    assert critic_group["lr"] == 5e-2 and len(critic_group["params"]) == 2  # value_head weight and bias
+    assert actor_group["lr"] == 1e-3 and len(actor_group["params"]) == 2
+    torch.manual_seed(0)
+    mlp = EmbodiedPPOTrainer(build_policy(SPEC, PolicyConfig(hidden_sizes=(16,))), AlgorithmConfig(), actor)
+    assert [g["lr"] for g in mlp.optimizer.param_groups] == [1e-3, 5e-2]

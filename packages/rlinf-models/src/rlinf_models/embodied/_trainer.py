@@ -159,7 +159,13 @@ class EmbodiedPPOTrainer:
         self.total_steps = total_steps
         self._reduce_sum = reduce_sum
         module: Any = getattr(policy, "module", policy)
-        critic = [p for n, p in module.named_parameters() if n.startswith(("critic_body", "value_head"))]
+        # The critic: the MLP policies' critic_body / value_head, and a VLA's value head wherever it sits
+        # (``model.value_head.*`` in π0, SmolVLA and OpenVLA): all of it learns at ``optim.value_lr``.
+        critic = [
+            p
+            for n, p in module.named_parameters()
+            if n.startswith("critic_body") or "value_head" in n.split(".")
+        ]
         critic_ids = {id(p) for p in critic}
         actor_params = [p for p in policy.parameters() if id(p) not in critic_ids]
         optim = actor.optim
