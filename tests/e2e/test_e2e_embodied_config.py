@@ -223,8 +223,13 @@ def test_flow_policy_on_discrete_actions_is_refused_at_load(app: EmbodiedApp) ->
         ConfigError, match=r"actor\.model\.model_type 'flow' needs continuous actions.*CartPole-v1"
     ):
         app.load_config(APP_DIR / "config" / "cartpole_ppo.yaml", ["actor.model.model_type=flow"])
-    with pytest.raises(ConfigError, match="add_q_head"):
-        app.load_config(APP_DIR / "config" / "pendulum_sac.yaml", ["actor.model.model_type=flow"])
+    # SAC with the flow policy is SAC-Flow: every denoising step stochastic, so one-step log-probs are refused
+    assert app.load_config(APP_DIR / "config" / "pendulum_sac.yaml", ["actor.model.model_type=flow"])
+    with pytest.raises(ConfigError, match=r"joint_logprob: false .* is on-policy only"):
+        app.load_config(
+            APP_DIR / "config" / "pendulum_sac.yaml",
+            ["actor.model.model_type=flow", "actor.model.joint_logprob=false"],
+        )
 
 
 def test_placement_without_a_component_is_an_error(app: EmbodiedApp) -> None:
