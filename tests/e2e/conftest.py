@@ -173,3 +173,48 @@ def assert_profiled(
             assert 0.0 <= r[f"profile/{group}/busy_frac"] <= 1.0 + 1e-9, group
             assert r[f"profile/{group}/idle_s"] >= -1e-9
     assert set(result.busy) == {*world_sizes, "driver"}
+
+
+def run_tiny_vla_ppo(
+    app: Any, cluster: Any, tmp_path: Path, config: str, paths: dict[str, Path], *overrides: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run PPO ``config`` (a tiny-VLA LIBERO run of 2 steps) on a tiny checkpoint's ``paths``, and check the run.
+
+    Each update has one mini-batch, so the actor's log-probs of the rollout's chains must be the rollout's;
+    both steps train, the evaluation rounds run and the last checkpoint is complete, with a trained action head.
+
+    Returns:
+        The checkpoint's actor state and the initial ``model.safetensors``, for the caller's further checks.
+    """
+    import torch
+    from rlinf_core.checkpoint import is_complete
+    from rlinf_core.metrics import read_metrics
+    from rlinf_runners.apps import run_app
+    from safetensors.torch import load_file
+
+    cfg = app.load_config(
+        APP_DIR / "config" / config,
+        [
+            *_RUNNER,
+            "runner.val_check_interval=2",
+            "runner.save_interval=2",
+            f"runner.logger.log_path={tmp_path / 'run'}",
+            *(f"actor.model.{k}={v}" for k, v in paths.items()),
+            *overrides,
+        ],
+    )
+    result = run_app(app, cfg, cluster=cluster)
+    assert result.global_step == 2
+    records = read_metrics(result.metrics_file)
+    train = [r for r in records if "train/actor/total_loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    for r in train:
+        assert abs(r["train/actor/approx_kl"]) < 1e-6 and r["train/actor/clip_fraction"] == 0, r
+        assert r["env/steps"] == 16  # 2 envs x 8 steps
+    assert [r["step"] for r in records if "eval/num_episodes" in r] == [0, 2]
+    assert result.last_checkpoint is not None and is_complete(result.last_checkpoint)
+    trained = torch.load(result.last_checkpoint / "actor" / "model.pt", map_location="cpu", weights_only=True)
+    initial = load_file(str(paths["model_path"] / "model.safetensors"))
+    name = "model.action_out_proj.weight"
+    assert trained[name].shape == initial[name].shape and not torch.equal(trained[name], initial[name])
+    return trained, initial

