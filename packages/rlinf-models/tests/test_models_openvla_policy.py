@@ -13,7 +13,13 @@ pytest.importorskip("peft")
 
 from rlinf_algos import reshape_entropy
 from rlinf_core.protocols import EnvSpec, ObsSpec
-from rlinf_models.openvla import OpenVLAPolicy, action_stats, format_prompt, unnormalize_actions
+from rlinf_models.openvla import (
+    OpenVLAPolicy,
+    action_stats,
+    format_prompt,
+    normalize_actions,
+    unnormalize_actions,
+)
 from rlinf_models.openvla.testing import TINY_OPENVLA, make_tiny_openvla
 from rlinf_models.policies import (
     PolicyConfig,
@@ -185,3 +191,34 @@ def test_env_and_checkpoint_refusals_name_the_field(ckpt: Path) -> None:
         build_policy(SPEC, _config(ckpt, image_keys=("rgb", "wrist_rgb")))
     with pytest.raises(ValueError, match="the env has 4 action dims"):
         build_policy(dataclasses.replace(SPEC, action_dim=4), _config(ckpt))
+
+
+def test_imitation_loss_is_the_cross_entropy_of_the_demonstrated_tokens_and_falls(ckpt: Path) -> None:
+    """SFT (``apps/embodied/sft.py``): the demonstrated env actions go back to OpenVLA's tokens (the inverse of
+    what ``act`` executes, gripper included), whose teacher-forced cross-entropy falls with training."""
+    torch.manual_seed(0)
+    policy = build_policy(SPEC, _config(ckpt, gripper_action="binary_inverted"))
+    assert isinstance(policy, OpenVLAPolicy)
+    obs = _obs()
+    executed = policy.act(obs, generator=torch.Generator().manual_seed(3))
+    tokens = executed.forward_inputs["action_tokens"]  # type: ignore[index]
+    stats = action_stats(TINY_OPENVLA, "libero_spatial_no_noops")
+    # the env actions the rollout executed map back to the very tokens it sampled (bin centres)
+    normalized = policy.model.action_tokenizer.decode(tokens).float()
+    back = policy.model.action_tokenizer.encode(
+        normalize_actions(unnormalize_actions(normalized, stats), stats)
+    )
+    assert torch.equal(back[:, :-1], tokens[:, :-1])
+    mask = torch.ones(N, 1)
+    loss = policy.imitation_loss(obs, executed.actions, mask)
+    assert loss.ndim == 0 and float(loss.detach()) > 0
+    masked = policy.imitation_loss(obs, executed.actions, torch.tensor([[1.0], [0.0], [0.0], [0.0]]))
+    first = policy.imitation_loss({k: v[:1] for k, v in obs.items()}, executed.actions[:1], mask[:1])
+    torch.testing.assert_close(masked, first, rtol=1e-5, atol=1e-6)
+    optim = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=3e-3)
+    start = float(loss.detach())
+    for _ in range(20):
+        optim.zero_grad()
+        policy.imitation_loss(obs, executed.actions, mask).backward()
+        optim.step()
+    assert float(policy.imitation_loss(obs, executed.actions, mask).detach()) < 0.5 * start

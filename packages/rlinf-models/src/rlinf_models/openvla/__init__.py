@@ -7,7 +7,7 @@ and recomputes them teacher-forced (:meth:`~OpenVLAModel.evaluate_actions`); :fu
 :class:`OpenVLAPolicy` is the embodied PPO/GRPO policy over it (``actor.model.model_type: openvla``).
 """
 
-from ._actions import ActionTokenizer, unnormalize_actions
+from ._actions import ActionTokenizer, normalize_actions, unnormalize_actions
 from ._checkpoint import OpenVLALoadReport, load_openvla, load_openvla_weights, read_weights, save_openvla
 from ._config import (
     OPENVLA_7B_TEXT_CONFIG,
@@ -57,6 +57,7 @@ __all__ = [
     "llama_config",
     "load_openvla",
     "load_openvla_weights",
+    "normalize_actions",
     "pad_prompts",
     "preprocess_images",
     "read_weights",

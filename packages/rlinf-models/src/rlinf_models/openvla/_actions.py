@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["ActionTokenizer", "unnormalize_actions"]
+__all__ = ["ActionTokenizer", "normalize_actions", "unnormalize_actions"]
 
 
 class ActionTokenizer:
@@ -59,3 +59,18 @@ def unnormalize_actions(actions: Tensor, stats: Mapping[str, Any]) -> Tensor:
     if actions.shape[-1] != low.shape[0]:
         raise ValueError(f"actions have {actions.shape[-1]} dimensions, the statistics {low.shape[0]}")
     return torch.where(mask, 0.5 * (actions + 1.0) * (high - low) + low, actions)
+
+
+def normalize_actions(actions: Tensor, stats: Mapping[str, Any]) -> Tensor:
+    """The robot's units ``[..., D]`` → normalised: the inverse of :func:`unnormalize_actions`.
+
+    Clipped to ``[-1, 1]`` as OpenVLA's data pipeline does; dimensions outside ``mask`` pass through.
+    """
+    low = torch.as_tensor(stats["q01"], dtype=actions.dtype, device=actions.device)
+    high = torch.as_tensor(stats["q99"], dtype=actions.dtype, device=actions.device)
+    mask = torch.as_tensor(stats.get("mask", [True] * low.shape[0]), dtype=torch.bool, device=actions.device)
+    if actions.shape[-1] != low.shape[0]:
+        raise ValueError(f"actions have {actions.shape[-1]} dimensions, the statistics {low.shape[0]}")
+    span = torch.where(high > low, high - low, torch.ones_like(high))
+    scaled = (2.0 * (actions - low) / span - 1.0).clamp(-1.0, 1.0)
+    return torch.where(mask, scaled, actions)

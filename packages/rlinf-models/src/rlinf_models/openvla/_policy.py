@@ -31,7 +31,7 @@ from ..pi0._inputs import load_tokenizer
 from ..policies import PolicyConfig, PolicyOutput
 from ..vla._checkpoint import stored_value_head_sizes
 from ..vla._policy import TASK_INDEX_KEY
-from ._actions import unnormalize_actions
+from ._actions import normalize_actions, unnormalize_actions
 from ._checkpoint import load_openvla
 from ._config import action_stats
 from ._inputs import format_prompt, pad_prompts, preprocess_images
@@ -236,6 +236,24 @@ class OpenVLAPolicy(nn.Module):
         tokens = forward_inputs["action_tokens"].to(self.device, torch.long)
         out = self.model.evaluate_actions(pixels, ids, mask, tokens, temperature=self.config.temperature)
         return out.log_probs[:, None], out.entropy[:, None], self._values(out.values, ids.shape[0])
+
+    def imitation_loss(self, obs: Mapping[str, Tensor], actions: Tensor, mask: Tensor) -> Tensor:
+        """OpenVLA's supervised loss (scalar): cross-entropy of the demonstrated actions' tokens.
+
+        ``actions [N, 1, D]`` in env units are mapped back to OpenVLA's space (the inverse of what :meth:`act`
+        executes: the gripper back to 1 open / 0 closed with ``gripper_action: binary_inverted``, the other
+        dimensions normalised with the checkpoint's statistics), tokenised into the 256 bins, and scored
+        teacher-forced after the prompt at temperature 1; ``mask [N, 1]`` drops padded samples.
+        """
+        target = actions[:, 0].to(self.device, torch.float32)
+        if self.config.gripper_action == "binary_inverted":
+            target = target.clone()
+            target[:, -1] = (1.0 - target[:, -1]) / 2.0  # robosuite's -1 open .. +1 closed -> 1 .. 0
+        tokens = self.model.action_tokenizer.encode(normalize_actions(target, self.action_stats))
+        pixels, ids, prompt_mask = self._inputs(obs)
+        out = self.model.evaluate_actions(pixels, ids, prompt_mask, tokens, temperature=1.0)
+        weight = mask[:, :1].to(out.log_probs.dtype).to(self.device)
+        return -(out.log_probs * weight).sum() / (weight.sum() * tokens.shape[1]).clamp_min(1.0)
 
     def forward(
         self, obs: Mapping[str, Tensor], actions: Tensor, forward_inputs: Mapping[str, Tensor] | None = None
