@@ -16,20 +16,18 @@ for the (intractable) marginal density of the action in the entropy terms of the
 from __future__ import annotations
 
 import torch
-from rlinf_core.protocols import EnvSpec, obs_len
-from torch import nn
+from rlinf_core.protocols import EnvSpec
 
 from ..flow import chain_log_prob, gaussian_log_prob, rsample_chain
-from ._actor_critic import PolicyOutput
 from ._config import PolicyConfig
 from ._encoders import TensorObs
 from ._flow import FlowPolicy
-from ._sac import _TANH_EPS, _bounds
+from ._sac import _TANH_EPS, BoundedActionPolicy
 
 __all__ = ["FlowSACPolicy"]
 
 
-class FlowSACPolicy(nn.Module):
+class FlowSACPolicy(BoundedActionPolicy):
     """A tanh-squashed flow-matching policy with reparameterised chains (SAC-Flow's actor).
 
     Same interface as :class:`~rlinf_models.policies.SquashedGaussianPolicy` (``sample``/``forward`` give
@@ -43,18 +41,9 @@ class FlowSACPolicy(nn.Module):
             ``noise_method``, ``noise_level``, ``noise_logvar_range``, ``flow_velocity``, the MLP keys).
     """
 
-    action_scale: torch.Tensor
-    action_bias: torch.Tensor
-
     def __init__(self, spec: EnvSpec, config: PolicyConfig) -> None:
-        super().__init__()
-        low, high = _bounds(spec)
-        self.spec = spec
-        self.config = config
-        self.register_buffer("action_scale", (high - low) / 2.0)
-        self.register_buffer("action_bias", (high + low) / 2.0)
+        super().__init__(spec, config)
         self.flow = FlowPolicy(spec, config)
-        self.chunks = config.num_action_chunks
         self.noise_shape = (config.denoising_steps + 1, self.chunks, spec.action_dim)
         """Shape of one row of the standard-normal draws :meth:`sample` takes."""
 
@@ -121,33 +110,3 @@ class FlowSACPolicy(nn.Module):
         )
         _, logp = self._squash(chain[:, -1], chain[:, 0], steps)
         return logp
-
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
-        """Normalised ``[-1, 1]`` actions → env units."""
-        return action * self.action_scale + self.action_bias
-
-    def from_env(self, action: torch.Tensor) -> torch.Tensor:
-        """Env-unit actions → normalised ``[-1, 1]`` (the critics' input)."""
-        return ((action.float() - self.action_bias) / self.action_scale).clamp(-1.0, 1.0)
-
-    @torch.no_grad()
-    def act(self, obs: TensorObs, *, deterministic: bool = False) -> PolicyOutput:
-        """Env-unit actions ``[N, C, D]`` for ``obs``, their log-probs, and zero values ``[N, 1]`` (no V head)."""
-        action, logp = self.sample(obs, deterministic=deterministic)
-        return PolicyOutput(self.to_env(action), logp, self.value(obs))
-
-    @torch.no_grad()
-    def random_actions(self, n: int) -> torch.Tensor:
-        """``[n, C, D]`` actions uniform over the action bounds (warm-up), from torch's global generator."""
-        u = torch.rand(n, self.chunks, self.spec.action_dim) * 2.0 - 1.0
-        return self.to_env(u.to(self.action_scale.device))
-
-    def value(self, obs: TensorObs) -> torch.Tensor:
-        """Zeros ``[N, 1]``: the off-policy actor has no state-value head (its critics are Q functions)."""
-        return torch.zeros(obs_len(obs), 1, device=self.action_scale.device)
-
-    def forward(
-        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Same as :meth:`sample` (what a trainer calls: FSDP2 gathers the weights around ``forward``)."""
-        return self.sample(obs, deterministic=deterministic, noise=noise)

@@ -42,12 +42,16 @@ def _bounds(spec: EnvSpec) -> tuple[torch.Tensor, torch.Tensor]:
     return low, high
 
 
-class SquashedGaussianPolicy(nn.Module):
-    """A state-dependent Gaussian squashed by ``tanh`` and scaled to the action bounds (SAC's actor).
+class BoundedActionPolicy(nn.Module):
+    """What SAC's actors share: actions normalised to ``[-1, 1]`` by ``tanh``, mapped to the env's bounds.
+
+    A subclass implements ``sample(obs, *, deterministic, noise) -> (actions [N, C, D], log-probs [N, C, D])``
+    in the normalised space; this class adds the env mapping, acting, the warm-up's random actions and the
+    (zero) state values.
 
     Args:
         spec: the env (continuous actions with finite bounds).
-        config: ``actor.model`` (encoder ``model_type``, ``hidden_sizes``, ``activation``, ``num_action_chunks``).
+        config: ``actor.model``.
     """
 
     action_scale: torch.Tensor
@@ -60,9 +64,57 @@ class SquashedGaussianPolicy(nn.Module):
         low, high = _bounds(spec)
         self.register_buffer("action_scale", (high - low) / 2.0)
         self.register_buffer("action_bias", (high + low) / 2.0)
+        self.chunks = config.num_action_chunks
+
+    def sample(
+        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised actions ``[N, C, D]`` and their per-dimension log-probs (with autograd)."""
+        raise NotImplementedError
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Normalised ``[-1, 1]`` actions → env units."""
+        return action * self.action_scale + self.action_bias
+
+    def from_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Env-unit actions → normalised ``[-1, 1]`` (the critics' input)."""
+        return ((action.float() - self.action_bias) / self.action_scale).clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def act(self, obs: TensorObs, *, deterministic: bool = False) -> PolicyOutput:
+        """Env-unit actions ``[N, C, D]`` for ``obs``, their log-probs, and zero values ``[N, 1]`` (no V head)."""
+        action, logp = self.sample(obs, deterministic=deterministic)
+        return PolicyOutput(self.to_env(action), logp, self.value(obs))
+
+    @torch.no_grad()
+    def random_actions(self, n: int) -> torch.Tensor:
+        """``[n, C, D]`` actions uniform over the action bounds (warm-up), from torch's global generator."""
+        u = torch.rand(n, self.chunks, self.spec.action_dim) * 2.0 - 1.0
+        return self.to_env(u.to(self.action_scale.device))
+
+    def value(self, obs: TensorObs) -> torch.Tensor:
+        """Zeros ``[N, 1]``: the off-policy actor has no state-value head (its critics are Q functions)."""
+        return torch.zeros(obs_len(obs), 1, device=self.action_scale.device)
+
+    def forward(
+        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same as :meth:`sample` (what a trainer calls: FSDP2 gathers the weights around ``forward``)."""
+        return self.sample(obs, deterministic=deterministic, noise=noise)
+
+
+class SquashedGaussianPolicy(BoundedActionPolicy):
+    """A state-dependent Gaussian squashed by ``tanh`` and scaled to the action bounds (SAC's actor).
+
+    Args:
+        spec: the env (continuous actions with finite bounds).
+        config: ``actor.model`` (encoder ``model_type``, ``hidden_sizes``, ``activation``, ``num_action_chunks``).
+    """
+
+    def __init__(self, spec: EnvSpec, config: PolicyConfig) -> None:
+        super().__init__(spec, config)
         self.encoder, feat = build_encoder(spec, config)
         self.body, out = mlp(feat, config.hidden_sizes, ACTIVATIONS[config.activation], config.ortho_init)
-        self.chunks = config.num_action_chunks
         self.head = nn.Linear(out, 2 * self.chunks * spec.action_dim)
 
     def _mean_log_std(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,36 +143,6 @@ class SquashedGaussianPolicy(nn.Module):
         logp = dist.log_prob(u)  # type: ignore[no-untyped-call]  # torch.distributions is unannotated
         logp = logp - torch.log(1.0 - action.pow(2) + _TANH_EPS)
         return action, logp
-
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
-        """Normalised ``[-1, 1]`` actions → env units."""
-        return action * self.action_scale + self.action_bias
-
-    def from_env(self, action: torch.Tensor) -> torch.Tensor:
-        """Env-unit actions → normalised ``[-1, 1]`` (the critics' input)."""
-        return ((action.float() - self.action_bias) / self.action_scale).clamp(-1.0, 1.0)
-
-    @torch.no_grad()
-    def act(self, obs: TensorObs, *, deterministic: bool = False) -> PolicyOutput:
-        """Env-unit actions ``[N, C, D]`` for ``obs``, their log-probs, and zero values ``[N, 1]`` (no V head)."""
-        action, logp = self.sample(obs, deterministic=deterministic)
-        return PolicyOutput(self.to_env(action), logp, self.value(obs))
-
-    @torch.no_grad()
-    def random_actions(self, n: int) -> torch.Tensor:
-        """``[n, C, D]`` actions uniform over the action bounds (warm-up), from torch's global generator."""
-        u = torch.rand(n, self.chunks, self.spec.action_dim) * 2.0 - 1.0
-        return self.to_env(u.to(self.action_scale.device))
-
-    def value(self, obs: TensorObs) -> torch.Tensor:
-        """Zeros ``[N, 1]``: the off-policy policy has no state-value head (its critics are Q functions)."""
-        return torch.zeros(obs_len(obs), 1, device=self.action_scale.device)
-
-    def forward(
-        self, obs: TensorObs, *, deterministic: bool = False, noise: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Same as :meth:`sample` (what a trainer calls: FSDP2 gathers the weights around ``forward``)."""
-        return self.sample(obs, deterministic=deterministic, noise=noise)
 
 
 class BatchRenorm1d(nn.Module):
