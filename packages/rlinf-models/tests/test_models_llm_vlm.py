@@ -112,11 +112,13 @@ def test_encoder_expands_each_image_as_the_processor_grids_it(vlm_dir: Path, ima
 
 def test_encoder_matches_transformers_processor(vlm_dir: Path, image_files: list[str]) -> None:
     pytest.importorskip("torchvision")  # Qwen2_5_VLProcessor builds a video processor, which needs it
-    from transformers import Qwen2_5_VLProcessor
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
 
     enc = encoder(vlm_dir)
     ex = example(image_files[:2], "Compare <image> and <image>: which has more?")
-    processor = Qwen2_5_VLProcessor(image_processor=enc.image_processor, tokenizer=enc.tokenizer)
+    processor = Qwen2_5_VLProcessor(
+        image_processor=enc.image_processor, tokenizer=enc.tokenizer, video_processor=Qwen2VLVideoProcessor()
+    )
     ref = processor(text=[enc.prompt_text(ex)], images=enc.prompt_images(ex), return_tensors="pt")
     assert ref["input_ids"][0].tolist() == enc.encode_prompt(ex)
 
