@@ -349,7 +349,9 @@ def test_cli_refuses_dynamic_scaling_before_profiling(capsys: pytest.CaptureFixt
     assert "set runner.dynamic_scaling=false" in capsys.readouterr().err
 
 
-def test_cli_refuses_an_explicit_pipeline_and_profiles_in_sequence(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_an_explicit_pipeline_and_profiles_in_sequence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The cost model adds phases up: ``runner.pipeline=true`` is refused, and every candidate it runs or prints
     turns the pipeline off (a disaggregated candidate would otherwise be pipelined by default)."""
     path = APPS / "reasoning" / "config" / "grpo_smollm2_pipeline.yaml"
