@@ -10,13 +10,14 @@ APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "embodied"
 
 
 @pytest.fixture(scope="module")
-def cluster(app: Any) -> Iterator[Any]:
-    """A local Ray cluster of 4 simulated accelerator slots, 2 CPUs, for one test module."""
+def cluster(request: pytest.FixtureRequest, app: Any) -> Iterator[Any]:
+    """A local Ray cluster for one test module: 2 CPUs and the module's ``CLUSTER_SLOTS`` simulated accelerator
+    slots (4 when it sets none)."""
     from rlinf_scheduler import Cluster
 
     c = Cluster(
         num_nodes=1,
-        simulated_accelerators_per_node=4,
+        simulated_accelerators_per_node=getattr(request.module, "CLUSTER_SLOTS", 4),
         ray_address="local",
         num_cpus=2,
         interrupt_main_on_failure=False,

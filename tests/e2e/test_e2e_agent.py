@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from .conftest import assert_profiled
 pytestmark = pytest.mark.ray
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "agent"
+CLUSTER_SLOTS = 2  # simulated accelerator slots of the module's cluster (tests/e2e/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -31,23 +31,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlinf_models.llm.testing import make_tiny_model_dir
 
     return make_tiny_model_dir(tmp_path_factory.mktemp("agent_tiny"))
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from rlinf_scheduler import Cluster
-
-    c = Cluster(
-        num_nodes=1,
-        simulated_accelerators_per_node=2,
-        ray_address="local",
-        num_cpus=2,
-        interrupt_main_on_failure=False,
-    )
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 def _small(model_dir: Path, log_path: Path, *extra: str) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -14,6 +13,7 @@ from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import ReasoningApp, run_app
 
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "reasoning"
+CLUSTER_SLOTS = 1  # simulated accelerator slots of the module's cluster (tests/e2e/conftest.py)
 DATA = APP_DIR / "data" / "vqa_shapes"
 
 
@@ -170,23 +170,6 @@ def test_vlm_grpo_steps_in_process(app: ReasoningApp, vlm_dir: Path, tmp_path: P
         assert r["train/num_sequences"] == 8 and r["train/actor/num_optimizer_steps"] == 1
         assert r["train/actor/rollout_logprob_diff"] <= 1e-5  # the actor sees the images the rollout saw
     assert [r["step"] for r in read_metrics(tmp_path) if "eval/accuracy" in r] == [0, 1, 2]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from rlinf_scheduler import Cluster
-
-    c = Cluster(
-        num_nodes=1,
-        simulated_accelerators_per_node=1,
-        ray_address="local",
-        num_cpus=2,
-        interrupt_main_on_failure=False,
-    )
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 @pytest.mark.ray
