@@ -280,3 +280,22 @@ def test_bad_settings_are_rejected(tmp_path: Path) -> None:
                 [PromptExample(messages=({"role": "user", "content": "1"},))], "demo-less"
             ),
         )
+
+
+def test_evaluation_runs_in_chunks_in_order(tmp_path: Path) -> None:
+    """eval_chunk=2 over the 3 held-out tasks: two run_episodes calls (2 + 1), episodes in task order."""
+    world = World()
+    seen: list[list[list[int]]] = []
+    answer = world.rollout.handlers["run_episodes"]
+
+    def record(rank: int, requests: list[dict[str, Any]], sampling: dict[str, Any]) -> Any:
+        seen.append([r["prompt_ids"] for r in requests])
+        return answer(rank, requests, sampling)
+
+    world.rollout.handlers["run_episodes"] = record
+    runner = _runner(world, tmp_path, eval_chunk=2)
+    metrics = runner.evaluate()
+    assert [len(s) for s in seen] == [2, 1]
+    assert [p for s in seen for p in s] == runner._eval_ids
+    # positions 0 of each call answer right: tasks 0 and 2 succeed, task 1 fails
+    assert metrics["eval/success_rate"] == pytest.approx(2 / 3)

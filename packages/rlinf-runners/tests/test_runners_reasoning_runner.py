@@ -180,10 +180,12 @@ def _runner(
     sft: SFTConfig | None = None,
     n_train: int = 12,
     sampling: dict[str, Any] | None = None,
+    eval_chunk: int | None = None,
+    progress_bar: bool = False,
     **cfg: Any,
 ) -> ReasoningRunner:
     config = RunnerConfig(
-        progress_bar=False, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=()), **cfg
+        progress_bar=progress_bar, logger=LoggerConfig(log_path=str(tmp_path), logger_backends=()), **cfg
     )
     return ReasoningRunner(
         config,
@@ -198,6 +200,7 @@ def _runner(
         sampling=sampling or {"temperature": 1.0, "max_new_tokens": 8},
         sft=sft,
         sft_data=_dataset(6, solution=True),
+        eval_chunk=eval_chunk,
     )
 
 
@@ -634,3 +637,22 @@ def test_pipeline_refuses_what_it_cannot_stream(tmp_path: Path) -> None:
             train_data=_dataset(4),
             sampling={"temperature": 1.0, "max_new_tokens": 8},
         )
+
+
+def test_evaluation_in_chunks_shows_progress_and_keeps_the_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval_chunk=2 over 5 prompts on 2 rollout ranks: 3 calls of <= 2 prompts, results as one call gives."""
+    whole = _runner(tmp_path / "whole", World(rollout_ws=2)).evaluate()
+    world = World(rollout_ws=2)
+    runner = _runner(tmp_path / "chunked", world, eval_chunk=2, progress_bar=True)
+    chunked = runner.evaluate()
+    # 3 calls x 2 ranks; each call's prompts are split over the ranks (2 -> 1+1, the last 1 -> 1+0)
+    assert [n for _, n, _ in world.gen_calls] == [1, 1, 1, 1, 1, 0]
+    assert {k: v for k, v in chunked.items() if not k.startswith("time/")} == {
+        k: v for k, v in whole.items() if not k.startswith("time/")
+    }
+    bar = capsys.readouterr().err
+    assert "eval:" in bar and "/5 [" in bar and "prompt/s" in bar  # tqdm throttles the later redraws
+    with pytest.raises(ValueError, match="eval_chunk must be >= 1"):
+        _runner(tmp_path / "bad", World(), eval_chunk=0)

@@ -152,6 +152,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
             them for each update, shrunk back before the next generation.
         run_config: the resolved configuration (W&B / SwanLab).
         on_step: called with ``(global_step, record)`` after each logged record.
+        eval_chunk: episodes per evaluation request (see :class:`~rlinf_runners.ReasoningRunner`).
     """
 
     adv_types = AGENT_ADV_TYPES
@@ -180,6 +181,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
         elastic_actor_ranks: Sequence[int] = (),
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
+        eval_chunk: int | None = None,
     ) -> None:
         super().__init__(
             cfg,
@@ -201,6 +203,7 @@ class AgentRunner(LLMRunner[AgentRollout]):
             elastic_actor_ranks=elastic_actor_ranks,
             run_config=run_config,
             on_step=on_step,
+            eval_chunk=eval_chunk,
         )
         self.turn_reward = turn_reward or TurnRewardConfig()
         self._demos: list[dict[str, Any]] | None = None
@@ -260,7 +263,13 @@ class AgentRunner(LLMRunner[AgentRollout]):
             return {}
         start = time.perf_counter()
         requests = [{"prompt_ids": p} for p in self._eval_ids]
-        episodes = self.run_episodes(requests, self.eval_sampling)
+        episodes = self._in_chunks(
+            len(requests),
+            lambda part: self.rollout.call(
+                AgentRollout.run_episodes, [dict(r) for r in requests[part]], dict(self.eval_sampling)
+            ),
+            prefix,
+        )
         self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score(
             [e["response_text"] for e in episodes], [x.answers for x in self.eval_data]

@@ -103,6 +103,7 @@ class LLMRunner(Runner, Generic[RolloutT]):
         elastic_actor_ranks: Sequence[int] = (),
         run_config: Mapping[str, Any] | None = None,
         on_step: StepCallback | None = None,
+        eval_chunk: int | None = None,
     ) -> None:
         if algorithm.adv_type.lower() not in self.adv_types:
             raise ValueError(
@@ -124,6 +125,8 @@ class LLMRunner(Runner, Generic[RolloutT]):
             raise ValueError("sft.steps > 0 needs SFT demonstrations (data.sft_path)")
         if batch_multiple < 1:
             raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+        if eval_chunk is not None and eval_chunk < 1:
+            raise ValueError(f"eval_chunk must be >= 1 or None, got {eval_chunk}")
         elastic = tuple(elastic_actor_ranks)
         if elastic and (
             offload or len(set(elastic)) != len(elastic) or not all(0 < r < actor.world_size for r in elastic)
@@ -152,6 +155,7 @@ class LLMRunner(Runner, Generic[RolloutT]):
         self.to_batch = to_batch or (lambda b: b)
         self.offload = offload
         self.batch_multiple = batch_multiple
+        self.eval_chunk = eval_chunk
         self.refresh_reference = refresh_reference
         self.elastic_actor_ranks = elastic
         self.sft_done = self.sft.steps == 0
@@ -253,6 +257,42 @@ class LLMRunner(Runner, Generic[RolloutT]):
         encoder = self.encoder
         assert isinstance(encoder, ImagePromptEncoder)  # checked in __init__
         return [encoder.prompt_images(e) if e.images else [] for e in examples]
+
+    def _in_chunks(self, n: int, submit: Callable[[slice], RoleCall[list[T]]], desc: str) -> list[T]:
+        """``submit`` over consecutive slices of ``n`` items, gathered in order, with a progress bar.
+
+        A slice holds :attr:`eval_chunk` items (``None``: all ``n`` in one call). The next slice is submitted
+        before the current one is gathered, so the rollout ranks go on without a pause; the bar (when
+        ``runner.progress_bar`` and there is more than one slice) counts the items answered.
+        """
+        size = self.eval_chunk or max(n, 1)
+        parts = [slice(i, min(i + size, n)) for i in range(0, n, size)]
+        if len(parts) <= 1:
+            return self._gather(submit(slice(0, n)))
+        bar = (
+            tqdm(total=n, desc=desc, unit="prompt", leave=False, dynamic_ncols=True)
+            if self.cfg.progress_bar
+            else None
+        )
+        out: list[T] = []
+        try:
+            pending = submit(parts[0])
+            for k, part in enumerate(parts):
+                ahead = submit(parts[k + 1]) if k + 1 < len(parts) else None
+                got = self._gather(pending)
+                if len(got) != part.stop - part.start:
+                    raise RuntimeError(
+                        f"the rollout returned {len(got)} results for {part.stop - part.start} {desc} items"
+                    )
+                out += got
+                if bar is not None:
+                    bar.update(len(got))
+                if ahead is not None:
+                    pending = ahead
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
 
     def _gather(self, call: RoleCall[list[T]]) -> list[T]:
         """The lists a call returned on every rank (each rank's share), concatenated in rank order."""

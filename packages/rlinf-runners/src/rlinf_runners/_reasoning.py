@@ -155,6 +155,9 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
             is measured against the SFT model (runs with a reference model).
         run_config: the resolved configuration, stored with W&B / SwanLab runs.
         on_step: called with ``(global_step, record)`` after each logged record.
+        eval_chunk: prompts per evaluation request (``None``: all at once). The apps pass the rollout's
+            capacity, ``rollout.max_batch_size`` x its ranks: one engine batch per rank per request, the
+            next request queued ahead, and a progress bar that counts the prompts answered.
 
     Raises:
         ValueError: for an unsupported ``adv_type``, a prompt longer than ``data.max_prompt_length``, or a
@@ -220,7 +223,14 @@ class ReasoningRunner(LLMRunner[LLMRollout]):
         if not self.eval_data:
             return {}
         start = time.perf_counter()
-        outputs = self.generate(self._eval_ids, self.eval_sampling, self.images_of(self.eval_data))
+        images = self.images_of(self.eval_data)
+        outputs = self._in_chunks(
+            len(self._eval_ids),
+            lambda part: self._generate_call(
+                self._eval_ids[part], self.eval_sampling, None if images is None else images[part]
+            ),
+            prefix,
+        )
         self._phase(self.rollout, OffloadRole.offload)
         rewards, correct = self._score([o["text"] for o in outputs], [e.answers for e in self.eval_data])
         lengths = [len(o["token_ids"]) for o in outputs]

@@ -310,6 +310,8 @@ class LLMApp(App[L], abc.ABC):
             "offload": collocated and (cfg.actor.enable_offload or cfg.rollout.enable_offload),
             "batch_multiple": cfg.actor.micro_batch_size * actor_data_parallel_size(cfg.actor, actor_ranks),
             "elastic_actor_ranks": elastic,
+            # Evaluations go one full engine batch per rollout rank at a time (the progress bar's unit).
+            "eval_chunk": cfg.rollout.max_batch_size * int(groups["rollout"].world_size),
             "run_config": unstructure_config(cfg),
         }
 
