@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -108,16 +108,20 @@ def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = Fal
     return module
 
 
-def full_model_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+def full_model_state_dict(module: nn.Module, keys: Collection[str] | None = None) -> dict[str, torch.Tensor]:
     """The full (unsharded) CPU state dict on rank 0 and ``{}`` on other ranks (collective under FSDP2).
 
-    For a plain module (one rank) this is simply a CPU copy of its state dict.
+    For a plain module (one rank) this is simply a CPU copy of its state dict. ``keys``: only these entries
+    (the others are not copied to the CPU; under FSDP2 they are gathered, then dropped).
     """
     if not _is_sharded(module):
-        return {k: v.cpu() for k, v in module.state_dict().items()}
+        return {k: v.cpu() for k, v in module.state_dict().items() if keys is None or k in keys}
     # Full state dicts of modules hold plain tensors only (ValueType also covers optimizer-state leaves).
-    state = _dcp().get_model_state_dict(module, options=_full_options(cpu_offload=True))
-    return cast(dict[str, torch.Tensor], state)
+    state = cast(
+        dict[str, torch.Tensor],
+        _dcp().get_model_state_dict(module, options=_full_options(cpu_offload=True)),
+    )
+    return state if keys is None else {k: v for k, v in state.items() if k in keys}
 
 
 def full_optimizer_state_dict(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from rlinf_models.policies import (
     PolicyOutput,
     SquashedGaussianPolicy,
     build_inference_policy,
+    load_rollout_weights,
 )
 from rlinf_scheduler import Channel, Worker, peer_slices
 
@@ -47,6 +48,10 @@ class EmbodiedRolloutWorker(Worker):
     policy's denoising chain; ``None`` for the other policies) and, when asked, ``final_values`` ``[n, 1]``. In
     asynchronous runs the weights come from a channel instead, taken between two inference calls (see
     :meth:`generate`).
+
+    The weights are the whole model, or with ``actor.model.lora_sync: adapters`` only its trainable tensors, over
+    the adapted policy that ``model_path``'s base weights gave at start-up
+    (``rlinf_models.policies.load_rollout_weights``).
 
     Args:
         cfg: the ``rollout`` config.
@@ -73,6 +78,8 @@ class EmbodiedRolloutWorker(Worker):
         torch.set_num_threads(cfg.torch_num_threads)
         torch.manual_seed(cfg.seed + self.rank)
         self.cfg = cfg
+        self.model_cfg = model
+        # With actor.model.lora_sync: adapters, this reads model_path's frozen base weights once, here.
         self.policy = build_inference_policy(spec, model)
         self.policy.eval()
         self.expert_cfg = expert
@@ -103,7 +110,7 @@ class EmbodiedRolloutWorker(Worker):
         return self.version
 
     def _load(self, msg: WeightMessage) -> None:
-        self.policy.load_state_dict(msg["state_dict"])
+        load_rollout_weights(self.policy, self.model_cfg, msg["state_dict"])
         self.version = msg["version"]
 
     def _take_weights(self, channel: Channel, min_version: int) -> None:

@@ -42,7 +42,13 @@ from .._fsdp import (
     shard_module,
 )
 from ..actor import resumed_schedule_total
-from ..policies import build_policy, checkpoint_weights_file, load_policy_weights, rollout_state_dict
+from ..policies import (
+    build_policy,
+    checkpoint_weights_file,
+    load_policy_weights,
+    rollout_state_dict,
+    trainable_names,
+)
 from ._trainer import REQUIRED_BATCH_KEYS, EmbodiedPPOTrainer, staleness_counts
 
 __all__ = ["CHECKPOINT_SUBDIR", "EmbodiedActorWorker", "gather_trajectories", "init_from_model_path"]
@@ -187,6 +193,10 @@ class EmbodiedActorWorker(Worker):
         policy: nn.Module = build_policy(spec, actor.model).to(self.device)
         if not actor.model.is_vla:  # a VLA policy reads its model_path (a checkpoint directory) itself
             init_from_model_path(self, policy, actor.model.model_path)
+        # lora_sync: adapters sends these entries only (the names survive fully_shard).
+        self._sync_keys = (
+            trainable_names(policy) if actor.model.is_lora and actor.model.lora_sync == "adapters" else None
+        )
         if self.distributed:
             mesh = init_distributed(self.device)
             policy = shard_module(policy, mesh, cpu_offload=actor.enable_offload)
@@ -224,6 +234,16 @@ class EmbodiedActorWorker(Worker):
         move_training_state([self.policy], self.trainer.optimizer, self.device)
         self._offloaded = False
 
+    def _rollout_state(self) -> dict[str, torch.Tensor]:
+        """What weight sync sends (:func:`~rlinf_models.policies.rollout_state_dict`); ``{}`` on ranks > 0.
+
+        ``lora_sync: adapters`` gathers and copies only the trainable entries.
+        """
+        state = full_model_state_dict(self.policy, keys=self._sync_keys)
+        if not state:  # ranks > 0 under FSDP2
+            return state
+        return rollout_state_dict(self.cfg.model, state, trainable=self._sync_keys)
+
     # ---------------------------------------------------------------------------------------- the loop
     def get_model_version(self) -> int:
         """Number of completed :meth:`run_training` calls (0 = initial weights); what weight sync sends."""
@@ -233,7 +253,7 @@ class EmbodiedActorWorker(Worker):
     def sync_model_to_rollout(
         self, rollout_group_name: str, rollout_world_size: int | None = None, *, timeout: float | None = None
     ) -> int:
-        """Send the weights (full CPU state dict) to every rank of the rollout group.
+        """Send the weights (the full CPU state dict; with LoRA, see ``actor.model.lora_sync``) to every rollout rank.
 
         The protocol of :func:`rlinf_core.protocols.send_weights`: all actor ranks call it (the FSDP2 full
         state dict is gathered collectively); actor rank 0 broadcasts a ``WeightMessage`` to
@@ -248,7 +268,7 @@ class EmbodiedActorWorker(Worker):
             The version sent.
         """
         self._reload()
-        state = rollout_state_dict(self.cfg.model, full_model_state_dict(self.policy))
+        state = self._rollout_state()
         version = self.get_model_version()
         send_weights(
             self,
@@ -270,7 +290,7 @@ class EmbodiedActorWorker(Worker):
         the rollout, which takes the newest message between two inference calls.
         """
         self._reload()
-        state = rollout_state_dict(self.cfg.model, full_model_state_dict(self.policy))
+        state = self._rollout_state()
         version = self.get_model_version()
         if self.rank == 0:
             publish_weights(

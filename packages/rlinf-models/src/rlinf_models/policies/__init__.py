@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     from ._flow import FlowPolicy
     from ._flow_sac import FlowSACPolicy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
-    from ._weights import LoadedWeights, load_policy_weights, rollout_state_dict
+    from ._weights import (
+        LoadedWeights,
+        load_policy_weights,
+        load_rollout_weights,
+        rollout_state_dict,
+        trainable_names,
+    )
 
 # The modules pull in torch: loaded on first use, so that the configs (read by the driver before Ray starts
 # the workers) stay light.
@@ -35,6 +41,8 @@ __getattr__ = lazy_exports(
         "LoadedWeights": "._weights",
         "load_policy_weights": "._weights",
         "rollout_state_dict": "._weights",
+        "load_rollout_weights": "._weights",
+        "trainable_names": "._weights",
     },
 )
 
@@ -54,5 +62,7 @@ __all__ = [
     "build_policy",
     "checkpoint_weights_file",
     "load_policy_weights",
+    "load_rollout_weights",
     "rollout_state_dict",
+    "trainable_names",
 ]

@@ -140,8 +140,7 @@ class PolicyConfig(LoraShape):
     """``pi0`` / ``pi05``: train LoRA adapters (peft) on the ``lora_target_modules`` of the two Gemma towers (the
     PaliGemma language model and the action expert) instead of the whole backbone. Every other backbone weight
     (those towers' base weights, SigLIP, the projector, the embeddings) is frozen; the action/state projections,
-    time MLPs and the value and noise heads train fully. The rollout receives the merged weights
-    ``W + (lora_alpha / lora_rank) B A``, so it runs the plain model."""
+    time MLPs and the value and noise heads train fully. What the rollout receives is ``lora_sync``'s choice."""
     lora_target_modules: tuple[str, ...] = attrs.field(
         default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         converter=tuple,
@@ -149,6 +148,14 @@ class PolicyConfig(LoraShape):
     )
     """Names (last component) of the Gemma towers' linear layers that get adapters (default: every attention and
     MLP projection). Layers of the same name in the SigLIP vision tower are not adapted."""
+    lora_sync: Literal["merged", "adapters"] = attrs.field(
+        default="merged", validator=v.in_(("merged", "adapters"))
+    )
+    """With ``is_lora``: what the actor sends the rollout after each update. ``merged``: the whole model with the
+    adapters folded in (``W + (lora_alpha / lora_rank) B A``), and the rollout runs the plain model.
+    ``adapters``: only the tensors that train (the LoRA ``A`` / ``B`` and the fully trained projections and
+    heads); the rollout builds the same adapted policy on ``model_path``'s base weights once, at start-up, and
+    runs it as the actor does, so its log-probabilities are the actor's (docs/vla.md, "LoRA")."""
     unnorm_key: str | None = attrs.field(default=None, validator=_non_empty_or_none)
     """``openvla``: the dataset of the checkpoint's ``norm_stats`` whose action quantiles un-normalise the
     decoded actions (OpenVLA's ``unnorm_key``, e.g. ``libero_spatial_no_noops``); ``null``: the only one."""
@@ -202,6 +209,11 @@ class PolicyConfig(LoraShape):
             raise ValueError(
                 f"flow_velocity {self.flow_velocity!r} applies to model_type 'flow', not {self.model_type!r}: "
                 "set flow_velocity: mlp"
+            )
+        if self.lora_sync != "merged" and not self.is_lora:
+            raise ValueError(
+                f"lora_sync {self.lora_sync!r} sends LoRA adapters and needs is_lora: true; without adapters "
+                "set lora_sync: merged (allowed: 'merged', 'adapters')"
             )
         if self.model_type == "openvla":
             self._check_openvla()

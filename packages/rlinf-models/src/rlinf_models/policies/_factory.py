@@ -78,12 +78,14 @@ def build_inference_policy(
 
     The off-policy actor is :func:`build_offpolicy_policy`'s.
 
-    All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and their state dicts
-    are what the matching actor worker sends.
+    All classes have ``act(obs, deterministic=...) -> PolicyOutput`` and ``value(obs)``, and they load what the
+    matching actor worker sends (:func:`~rlinf_models.policies.load_rollout_weights`). With ``is_lora``, the
+    policy is the plain model for ``lora_sync: merged`` and the adapted one, on ``model_path``'s base weights,
+    for ``lora_sync: adapters``.
     """
     if config.add_q_head:
         return build_offpolicy_policy(spec, config)
-    if config.is_lora:
+    if config.is_lora and config.lora_sync == "merged":
         # The actor sends merged weights (rollout_state_dict): the rollout runs the plain model.
         config = attrs.evolve(config, is_lora=False)
     return build_policy(spec, config)

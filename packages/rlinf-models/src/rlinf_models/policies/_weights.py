@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +12,13 @@ from torch import nn
 from .._lora_state import LORA_BASE, has_lora_weights, merge_lora_state
 from ._config import PolicyConfig
 
-__all__ = ["LoadedWeights", "load_policy_weights", "rollout_state_dict"]
+__all__ = [
+    "LoadedWeights",
+    "load_policy_weights",
+    "load_rollout_weights",
+    "rollout_state_dict",
+    "trainable_names",
+]
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,72 @@ def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bo
     return LoadedWeights(path, loaded, kept, ignored)
 
 
-def rollout_state_dict(config: PolicyConfig, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The weights the rollout's policy loads: the actor's ``state``, LoRA adapters merged when ``is_lora``.
+def trainable_names(policy: nn.Module) -> frozenset[str]:
+    """The state-dict names of ``policy``'s parameters that train (``requires_grad``).
 
-    Merged: ``P.weight = P.base_layer.weight + lora_scaling · B A``, the adapter entries dropped. The rollout builds its policy without adapters (:func:`build_inference_policy`), so it runs the plain model.
+    With ``is_lora``: the adapters' ``lora_A`` / ``lora_B`` weights and the modules that train fully (projections,
+    value and noise heads); what ``lora_sync: adapters`` sends. The names are the same after FSDP2's
+    ``fully_shard``.
+    """
+    return frozenset(name for name, param in policy.named_parameters() if param.requires_grad)
+
+
+def rollout_state_dict(
+    config: PolicyConfig, state: Mapping[str, torch.Tensor], *, trainable: Collection[str] | None = None
+) -> dict[str, torch.Tensor]:
+    """The weights the rollout's policy loads (:func:`load_rollout_weights`) from the actor's full ``state``.
+
+    - without ``is_lora``: ``state`` itself;
+    - ``lora_sync: merged``: ``P.weight = P.base_layer.weight + lora_scaling · B A``, the adapter entries dropped;
+      the rollout builds its policy without adapters (:func:`build_inference_policy`) and runs the plain model;
+    - ``lora_sync: adapters``: the ``trainable`` entries only (:func:`trainable_names` of the actor's policy);
+      the rollout builds the adapted policy on ``model_path``'s frozen base and runs it as the actor does.
+
+    Args:
+        config: ``actor.model``.
+        state: the actor policy's full state dict (for ``adapters``, at least the ``trainable`` entries).
+        trainable: ``adapters``: the names to send.
+
+    Raises:
+        ValueError: ``adapters`` without ``trainable``, or with a name ``state`` lacks.
     """
     if not config.is_lora:
         return dict(state)
-    return merge_lora_state(state, config.lora_scaling)
+    if config.lora_sync == "merged":
+        return merge_lora_state(state, config.lora_scaling)
+    if trainable is None:
+        raise ValueError(
+            "actor.model.lora_sync 'adapters' sends the trainable tensors: pass trainable=trainable_names(policy)"
+        )
+    missing = sorted(set(trainable) - state.keys())
+    if missing:
+        raise ValueError(
+            f"actor.model.lora_sync 'adapters': the state dict lacks trainable tensors {missing[:6]}"
+        )
+    return {key: value for key, value in state.items() if key in trainable}
+
+
+def load_rollout_weights(policy: nn.Module, config: PolicyConfig, state: Mapping[str, torch.Tensor]) -> None:
+    """Load :func:`rollout_state_dict`'s weights into the rollout's ``policy`` (:func:`build_inference_policy`'s).
+
+    ``lora_sync: adapters`` (with ``is_lora``): ``state`` must hold exactly the policy's trainable tensors
+    (:func:`trainable_names`), which replace the current ones; the frozen base weights stay as ``model_path``
+    gave them when the policy was built. Otherwise the whole state dict, strictly.
+
+    Raises:
+        ValueError: naming ``actor.model.lora_sync`` when the received entries are not the policy's trainable
+            ones (the actor's and the rollout's policies were built from different configs).
+        RuntimeError: from ``load_state_dict`` when a full state dict does not fit.
+    """
+    if not (config.is_lora and config.lora_sync == "adapters"):
+        policy.load_state_dict(state)
+        return
+    expected = trainable_names(policy)
+    missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(
+            "actor.model.lora_sync 'adapters': the received tensors are not this policy's trainable ones "
+            f"(missing {missing[:6]}, unexpected {unexpected[:6]}); actor and rollout must use the same "
+            "actor.model (lora_rank, lora_target_modules, heads)"
+        )
+    policy.load_state_dict(dict(state), strict=False)
