@@ -11,7 +11,9 @@ lacks, or a shape mismatch raises :class:`~rlinf_models.vla.CheckpointMismatchEr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import torch
@@ -30,11 +32,19 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from ._config import OpenVLAConfig
 from ._model import OpenVLAModel, ValueHead
 
-__all__ = ["OpenVLALoadReport", "load_openvla", "load_openvla_weights", "read_weights", "save_openvla"]
+__all__ = [
+    "OpenVLALoadReport",
+    "build_empty",
+    "load_openvla",
+    "load_openvla_weights",
+    "read_weights",
+    "save_openvla",
+]
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 _VALUE_HEAD = "value_head."
+_M = TypeVar("_M", bound=OpenVLAModel)
 
 
 @attrs.frozen
@@ -66,14 +76,20 @@ def read_weights(directory: str | Path) -> tuple[dict[str, Tensor], tuple[str, .
     return tensors, files
 
 
-def load_openvla_weights(model: OpenVLAModel, directory: str | Path) -> OpenVLALoadReport:
+def load_openvla_weights(
+    model: OpenVLAModel, directory: str | Path, *, extra: Mapping[str, Tensor] | None = None
+) -> OpenVLALoadReport:
     """Load a checkpoint directory into ``model``, strictly (see the module docstring).
+
+    ``extra``: tensors kept outside the safetensors (OpenVLA-OFT's action head and proprio projector files),
+    under the model's names; they take part in the strict check like the others.
 
     Raises:
         CheckpointMismatchError: naming the missing keys, the unexpected keys and the shape mismatches.
     """
     root = Path(directory)
     tensors, files = read_weights(root)
+    tensors.update(extra or {})
     if (root / VALUE_HEAD_FILE).is_file() and model.value_head is not None:
         tensors.update({_VALUE_HEAD + k: t for k, t in load_file(str(root / VALUE_HEAD_FILE)).items()})
     initialised = load_strictly(model, tensors, where=str(root), kind="OpenVLA")
@@ -98,16 +114,24 @@ def load_openvla(
     root = Path(directory)
     config = OpenVLAConfig.from_json(root / "config.json")
     sizes = value_head_sizes if value_head_sizes is not None else stored_value_head_sizes(root)
-    with torch.device("meta"):
-        model = OpenVLAModel(config, value_head_sizes=sizes)
-    model = model.to_empty(device="cpu")
-    # What the checkpoint does not hold is rebuilt off the meta device: the rotary frequencies (a non-persistent
-    # buffer) and a value head that may start fresh.
-    model.language_model.model.rotary_emb = LlamaRotaryEmbedding(config=model.language_model.config)
-    if model.value_head is not None:
-        model.value_head = ValueHead(model.language_model.config.hidden_size, sizes or ())
+    model = build_empty(lambda: OpenVLAModel(config, value_head_sizes=sizes), sizes)
     report = load_openvla_weights(model, root)
     return model.to(device=device, dtype=dtype), report
+
+
+def build_empty(factory: Callable[[], _M], value_head_sizes: tuple[int, ...] | None) -> _M:
+    """``factory()``'s model built on the meta device and given uninitialised CPU storage (to be loaded into).
+
+    What a checkpoint does not hold is rebuilt off the meta device: the rotary frequencies (a non-persistent
+    buffer) and a value head that may start fresh.
+    """
+    with torch.device("meta"):
+        model = factory()
+    model = model.to_empty(device="cpu")
+    model.language_model.model.rotary_emb = LlamaRotaryEmbedding(config=model.language_model.config)
+    if model.value_head is not None:
+        model.value_head = ValueHead(model.language_model.config.hidden_size, value_head_sizes or ())
+    return model
 
 
 def save_openvla(model: OpenVLAModel, directory: str | Path, *, max_shard_bytes: int = 5 * 2**30) -> None:
@@ -118,6 +142,8 @@ def save_openvla(model: OpenVLAModel, directory: str | Path, *, max_shard_bytes:
     size = 0
     value_head: dict[str, Tensor] = {}
     for name, tensor in model.state_dict().items():
+        if name.split(".", 1)[0] in model.side_modules:
+            continue  # written by their own model's saver (OpenVLA-OFT's head files)
         data = tensor.detach().contiguous().clone()
         if name.startswith(_VALUE_HEAD):
             value_head[name[len(_VALUE_HEAD) :]] = data

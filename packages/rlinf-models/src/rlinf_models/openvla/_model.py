@@ -95,6 +95,9 @@ def reduce_log_probs(token_level: Tensor, level: str, action_dim: int) -> Tensor
 class OpenVLAModel(nn.Module):
     """The Prismatic VLM of OpenVLA (published names), an optional value head, and RL log-probabilities."""
 
+    side_modules: tuple[str, ...] = ()
+    """Submodules stored outside the safetensors shards (none here; OpenVLA-OFT's heads have their own files)."""
+
     def __init__(self, config: OpenVLAConfig, *, value_head_sizes: tuple[int, ...] | None = None) -> None:
         """``value_head_sizes``: the value head's hidden widths (RLinf's: ``(512, 128)``); ``None``: no head."""
         super().__init__()
@@ -126,6 +129,12 @@ class OpenVLAModel(nn.Module):
             attention_mask: ``[B, L]``, 1 on real tokens.
         """
         patches = self.projector(self.vision_backbone(pixel_values.to(self.projector.fc1.weight.dtype)))
+        return self.splice_patches(input_ids, attention_mask, patches)
+
+    def splice_patches(
+        self, input_ids: Tensor, attention_mask: Tensor, patches: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``[BOS, patches, prompt[1:]]`` embeddings and mask from the prompt and projected ``patches [B, P, H]``."""
         embeds = self.language_model.get_input_embeddings()(input_ids)
         embeds = torch.cat([embeds[:, :1], patches.to(embeds.dtype), embeds[:, 1:]], dim=1)
         ones = attention_mask.new_ones(patches.shape[:2])

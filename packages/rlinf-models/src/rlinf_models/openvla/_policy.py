@@ -47,15 +47,19 @@ OPENVLA_VALUE_HEAD_SIZES = (512, 128)
 """Hidden widths of a fresh value head (RLinf's OpenVLA ``ValueHead``); a stored head keeps its own widths."""
 
 
-def check_openvla_env(spec: EnvSpec, config: PolicyConfig, action_dim: int) -> tuple[str, tuple[str, ...]]:
-    """The camera entry and the instructions of ``spec`` for OpenVLA, or a ValueError naming what does not fit.
+def check_openvla_env(
+    spec: EnvSpec, config: PolicyConfig, action_dim: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The camera entries and the instructions of ``spec`` for OpenVLA, or a ValueError naming what does not fit.
+
+    ``openvla`` sees one camera; ``openvla_oft`` one or more (``image_keys``, in the checkpoint's order).
 
     Args:
         spec: the env.
         config: ``actor.model``.
         action_dim: the dimensions of the checkpoint's action statistics.
     """
-    where = "actor.model.model_type 'openvla'"
+    where = f"actor.model.model_type {config.model_type!r}"
     if spec.action_type != "continuous":
         raise ValueError(f"{where} needs continuous actions; the env's are {spec.action_type!r}")
     if spec.action_dim != action_dim:
@@ -67,17 +71,17 @@ def check_openvla_env(spec: EnvSpec, config: PolicyConfig, action_dim: int) -> t
         raise ValueError(f"{where} needs dict observations with a camera (e.g. LIBERO obs_mode rgb)")
     cameras = [name for name, s in spec.obs_dict.items() if s.is_image]
     keys = config.image_keys if config.image_keys is not None else tuple(cameras[:1])
-    if len(keys) != 1 or keys[0] not in cameras:
-        raise ValueError(
-            f"actor.model.image_keys {list(keys)}: OpenVLA sees one camera, one of the observation's {cameras}"
-        )
+    several = config.model_type == "openvla_oft"
+    if not keys or (len(keys) != 1 and not several) or any(k not in cameras for k in keys):
+        what = "OpenVLA-OFT sees cameras among" if several else "OpenVLA sees one camera, one of"
+        raise ValueError(f"actor.model.image_keys {list(keys)}: {what} the observation's {cameras}")
     if not spec.task_descriptions:
         raise ValueError(f"{where} needs the env's task_descriptions (the instructions it is prompted with)")
     if TASK_INDEX_KEY not in spec.obs_dict and len(spec.task_descriptions) != 1:
         raise ValueError(
             f"{where}: the env has {len(spec.task_descriptions)} task descriptions but no {TASK_INDEX_KEY!r} entry"
         )
-    return keys[0], spec.task_descriptions
+    return tuple(keys), spec.task_descriptions
 
 
 def _tokenize(tokenizer: Any, instructions: tuple[str, ...], pad_token_id: int) -> tuple[Tensor, Tensor]:
@@ -118,8 +122,8 @@ class OpenVLAPolicy(nn.Module):
     def __init__(self, spec: EnvSpec, config: PolicyConfig) -> None:
         super().__init__()
         if config.model_path is None:
-            raise ValueError("actor.model: openvla needs model_path (the checkpoint directory)")
-        if config.num_action_chunks != 1:
+            raise ValueError(f"actor.model: {config.model_type} needs model_path (the checkpoint directory)")
+        if config.num_action_chunks != 1 and config.model_type == "openvla":
             raise ValueError(
                 f"actor.model.num_action_chunks must be 1 for openvla (one action per step), got "
                 f"{config.num_action_chunks}"
@@ -128,14 +132,14 @@ class OpenVLAPolicy(nn.Module):
         if config.add_value_head:
             stored = stored_value_head_sizes(config.model_path)
             sizes = OPENVLA_VALUE_HEAD_SIZES if stored is None else stored
-        model, _ = load_openvla(config.model_path, value_head_sizes=sizes)
+        model = self._load_model(config, sizes)
         if not config.add_value_head:
             model.value_head = None  # a stored head is not used (GRPO)
         try:
             self.action_stats = action_stats(model.config, config.unnorm_key)
         except ValueError as e:
             raise ValueError(f"actor.model.unnorm_key: {e}") from None
-        self.camera, self.task_descriptions = check_openvla_env(spec, config, len(self.action_stats["q01"]))
+        self.cameras, self.task_descriptions = check_openvla_env(spec, config, len(self.action_stats["q01"]))
         if config.is_lora:
             try:
                 apply_lora(
@@ -156,15 +160,20 @@ class OpenVLAPolicy(nn.Module):
         self.register_buffer("task_tokens", tokens, persistent=False)
         self.register_buffer("task_token_mask", mask, persistent=False)
 
+    def _load_model(self, config: PolicyConfig, value_head_sizes: tuple[int, ...] | None) -> OpenVLAModel:
+        """The checkpoint ``config.model_path`` with a value head of ``value_head_sizes`` (``None``: none)."""
+        assert config.model_path is not None
+        return load_openvla(config.model_path, value_head_sizes=value_head_sizes)[0]
+
     @property
     def device(self) -> torch.device:
         return self.model.projector.fc1.weight.device
 
     def _inputs(self, obs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """``pixel_values``, ``input_ids`` and ``attention_mask`` of a batch of observations."""
-        images = obs[self.camera].to(self.device)
-        n = images.shape[0]
-        pixels = preprocess_images(images, self.model.config.image_sizes)
+        sizes = self.model.config.image_sizes
+        pixels = torch.cat([preprocess_images(obs[k].to(self.device), sizes) for k in self.cameras], dim=1)
+        n = pixels.shape[0]
         if TASK_INDEX_KEY in obs:
             ids = obs[TASK_INDEX_KEY].reshape(n, -1)[:, 0].long().to(self.device)
         else:
@@ -176,14 +185,25 @@ class OpenVLAPolicy(nn.Module):
             return torch.zeros(n, 1, device=self.device)
         return values[:, None].float()
 
-    def _env_actions(self, tokens: Tensor) -> Tensor:
-        """Action tokens ``[N, D]`` → env actions ``[N, 1, D]`` float32 (bin centres, un-normalised)."""
-        normalized = self.model.action_tokenizer.decode(tokens).float()
-        actions = unnormalize_actions(normalized, self.action_stats)
+    def _env_units(self, normalized: Tensor) -> Tensor:
+        """Normalised actions ``[N, C, D]`` → env actions ``[N, C, D]`` float32 (un-normalised, gripper mapped)."""
+        actions = unnormalize_actions(normalized.float(), self.action_stats)
         if self.config.gripper_action == "binary_inverted":
             # OpenVLA's gripper is 1 open .. 0 closed; robosuite's -1 open, +1 closed.
-            actions[:, -1] = -torch.sign(2 * actions[:, -1] - 1)
-        return actions[:, None]
+            actions[..., -1] = -torch.sign(2 * actions[..., -1] - 1)
+        return actions
+
+    def _normalized_targets(self, actions: Tensor) -> Tensor:
+        """Env actions ``[N, C, D]`` → OpenVLA's normalised space: the inverse of :meth:`_env_units`."""
+        target = actions.to(self.device, torch.float32)
+        if self.config.gripper_action == "binary_inverted":
+            target = target.clone()
+            target[..., -1] = (1.0 - target[..., -1]) / 2.0  # robosuite's -1 open .. +1 closed -> 1 .. 0
+        return normalize_actions(target, self.action_stats)
+
+    def _env_actions(self, tokens: Tensor) -> Tensor:
+        """Action tokens ``[N, D]`` → env actions ``[N, 1, D]`` float32 (bin centres, un-normalised)."""
+        return self._env_units(self.model.action_tokenizer.decode(tokens).float()[:, None])
 
     def value(self, obs: Mapping[str, Tensor]) -> Tensor:
         """State values ``[N, 1]`` (zeros without a value head)."""
@@ -245,11 +265,7 @@ class OpenVLAPolicy(nn.Module):
         dimensions normalised with the checkpoint's statistics), tokenised into the 256 bins, and scored
         teacher-forced after the prompt at temperature 1; ``mask [N, 1]`` drops padded samples.
         """
-        target = actions[:, 0].to(self.device, torch.float32)
-        if self.config.gripper_action == "binary_inverted":
-            target = target.clone()
-            target[:, -1] = (1.0 - target[:, -1]) / 2.0  # robosuite's -1 open .. +1 closed -> 1 .. 0
-        tokens = self.model.action_tokenizer.encode(normalize_actions(target, self.action_stats))
+        tokens = self.model.action_tokenizer.encode(self._normalized_targets(actions[:, :1])[:, 0])
         pixels, ids, prompt_mask = self._inputs(obs)
         out = self.model.evaluate_actions(pixels, ids, prompt_mask, tokens, temperature=1.0)
         weight = mask[:, :1].to(out.log_probs.dtype).to(self.device)

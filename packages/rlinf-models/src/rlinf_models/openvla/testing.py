@@ -13,14 +13,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import torch
 
 from ..pi0.testing import write_char_tokenizer
 from ._checkpoint import save_openvla
 from ._config import OpenVLAConfig, ViTSpec
 from ._model import OpenVLAModel
+from ._oft import OFT_PLATFORMS, OpenVLAOFTModel, save_openvla_oft
 
-__all__ = ["TINY_NORM_STATS", "TINY_OPENVLA", "make_tiny_openvla"]
+__all__ = [
+    "TINY_NORM_STATS",
+    "TINY_OFT_NORM_STATS",
+    "TINY_OPENVLA",
+    "make_tiny_openvla",
+    "make_tiny_openvla_oft",
+]
 
 TINY_NORM_STATS = {
     "libero_spatial_no_noops": {
@@ -38,6 +46,18 @@ TINY_NORM_STATS = {
     }
 }
 """Statistics in the layout of ``norm_stats`` / ``dataset_statistics.json`` (values made up, LIBERO-like)."""
+
+TINY_OFT_NORM_STATS = {
+    name: {
+        **entry,
+        "proprio": {
+            "q01": [-0.45, -0.3, 0.0, 1.5, -2.4, -0.6, 0.0, -0.04],
+            "q99": [0.2, 0.35, 1.3, 3.3, 2.1, 0.5, 0.04, 0.0],
+        },
+    }
+    for name, entry in TINY_NORM_STATS.items()
+}
+""":data:`TINY_NORM_STATS` plus the ``proprio`` quantiles OFT's LIBERO checkpoints carry (8 dims, made up)."""
 
 TINY_OPENVLA = OpenVLAConfig(
     pad_token_id=512,
@@ -99,6 +119,43 @@ def make_tiny_openvla(
         for param in model.parameters():
             param.add_(0.1 * torch.randn(param.shape, generator=generator))
     save_openvla(model, out, max_shard_bytes=max_shard_bytes)
+    if tokenizer:
+        write_char_tokenizer(out)
+    return Path(out)
+
+
+def make_tiny_openvla_oft(
+    out: str | Path,
+    *,
+    seed: int = 0,
+    num_action_chunks: int = OFT_PLATFORMS["libero"].num_actions_chunk,
+    l1_head: bool = True,
+    proprio_dim: int | None = OFT_PLATFORMS["libero"].proprio_dim,
+    value_head_sizes: tuple[int, ...] | None = None,
+    max_shard_bytes: int = 256 * 1024,
+    tokenizer: bool = True,
+) -> Path:
+    """Write a tiny random OpenVLA-OFT in OFT's layout to ``out``; returns ``out``.
+
+    :data:`TINY_OPENVLA`'s network and tokenizer (with :data:`TINY_OFT_NORM_STATS`) plus, as OFT's LIBERO
+    checkpoints ship them, ``action_head--latest_checkpoint.pt`` (``l1_head``) and
+    ``proprio_projector--latest_checkpoint.pt`` (``proprio_dim``; ``None``: none), DDP's ``module.`` prefix included.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    config = attrs.evolve(TINY_OPENVLA, norm_stats=TINY_OFT_NORM_STATS)
+    model = OpenVLAOFTModel(
+        config,
+        action_dim=len(TINY_NORM_STATS["libero_spatial_no_noops"]["action"]["q01"]),
+        num_action_chunks=num_action_chunks,
+        value_head_sizes=value_head_sizes,
+        l1_head=l1_head,
+        proprio_dim=proprio_dim,
+    )
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    save_openvla_oft(model, out, max_shard_bytes=max_shard_bytes)
     if tokenizer:
         write_char_tokenizer(out)
     return Path(out)

@@ -12,9 +12,12 @@ from .._lora_config import LoraShape
 
 __all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
 
-VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "openvla")
+VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "openvla", "openvla_oft")
 """``model_type`` values that load a vision-language-action checkpoint (``model_path``): flow policies, and
-``openvla`` (action tokens)."""
+``openvla`` / ``openvla_oft`` (action tokens)."""
+
+OPENVLA_MODEL_TYPES = ("openvla", "openvla_oft")
+"""``model_type`` values of OpenVLA checkpoints (the published layout, ``unnorm_key``, ``gripper_action``)."""
 
 
 def checkpoint_weights_file(path: str | Path) -> Path:
@@ -41,7 +44,9 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: Any) -> 
 class PolicyConfig(LoraShape):
     """Policy architecture (config ``actor.model``)."""
 
-    model_type: Literal["mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla", "openvla"] = "mlp"
+    model_type: Literal[
+        "mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla", "openvla", "openvla_oft"
+    ] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
     ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
     ``flow``: the flow-matching policy over vectors (an MLP velocity field; docs/flow_policy.md), for
@@ -53,7 +58,12 @@ class PolicyConfig(LoraShape):
     OpenVLA checkpoint directory ``model_path`` (the published layout, its tokenizer and ``norm_stats`` inside)
     as a discrete-token policy (docs/vla.md, "OpenVLA"): one camera, one action of ``action_dim`` tokens per
     step (``num_action_chunks: 1``), per-token log-probabilities (``algorithm.logprob_type`` ``action_level``
-    sums them), LoRA on the Llama layers; the flow and ``norm_stats_path`` / ``state_key`` keys do not apply."""
+    sums them), LoRA on the Llama layers; the flow and ``norm_stats_path`` / ``state_key`` keys do not apply.
+    ``openvla_oft``: an OpenVLA-OFT checkpoint directory (OpenVLA's layout plus OFT's optional
+    ``action_head--*`` / ``proprio_projector--*`` files; docs/vla.md, "OpenVLA-OFT"): the keys of ``openvla``,
+    but a chunk of ``num_action_chunks`` actions (> 1 allowed; OFT's LIBERO models: 8) decoded in one forward
+    pass, one or more cameras (``image_keys``), and ``state_key`` as the proprio token when the checkpoint has
+    a proprio projector; deterministic actions come from its L1 regression head when it has one."""
     obs_keys: tuple[str, ...] | None = None
     """Dict observations: the entries the policy sees, e.g. ``[rgb, state]`` (``null``: all of them). Leave out
     what the policy must not see (privileged simulator state) or cannot encode (images for an ``mlp``)."""
@@ -135,7 +145,8 @@ class PolicyConfig(LoraShape):
     its order."""
     state_key: str = "state"
     """``pi0`` / ``pi05``: the observation's proprioceptive vector entry (the model's state, normalised with
-    ``norm_stats_path``)."""
+    ``norm_stats_path``). ``openvla_oft`` with a proprio projector: the same entry, normalised with the
+    checkpoint's ``proprio`` quantiles."""
     is_lora: bool = False
     """``pi0`` / ``pi05``: train LoRA adapters (peft) on the ``lora_target_modules`` of the two Gemma towers (the
     PaliGemma language model and the action expert) instead of the whole backbone. Every other backbone weight
@@ -181,14 +192,15 @@ class PolicyConfig(LoraShape):
     def _check_openvla(self) -> None:
         if self.model_path is None:
             raise ValueError(
-                "model_type 'openvla' needs model_path: the checkpoint directory (docs/vla.md, \"OpenVLA\")"
+                f"model_type {self.model_type!r} needs model_path: the checkpoint directory (docs/vla.md, "
+                '"OpenVLA")'
             )
         if self.norm_stats_path is not None:
             raise ValueError(
-                "norm_stats_path does not apply to model_type 'openvla' (its statistics are the checkpoint's "
-                "norm_stats, chosen by unnorm_key): set it to null"
+                f"norm_stats_path does not apply to model_type {self.model_type!r} (its statistics are the "
+                "checkpoint's norm_stats, chosen by unnorm_key): set it to null"
             )
-        if self.num_action_chunks != 1:
+        if self.num_action_chunks != 1 and self.model_type == "openvla":
             raise ValueError(
                 f"num_action_chunks must be 1 for model_type 'openvla' (one action per step), got "
                 f"{self.num_action_chunks}"
@@ -215,7 +227,7 @@ class PolicyConfig(LoraShape):
                 f"lora_sync {self.lora_sync!r} sends LoRA adapters and needs is_lora: true; without adapters "
                 "set lora_sync: merged (allowed: 'merged', 'adapters')"
             )
-        if self.model_type == "openvla":
+        if self.model_type in OPENVLA_MODEL_TYPES:
             self._check_openvla()
         elif self.is_vla:
             missing = [
@@ -238,10 +250,12 @@ class PolicyConfig(LoraShape):
                 f"tokenizer_path and norm_stats_path belong to model_type 'pi0' / 'pi05', not {self.model_type!r}: "
                 "set them to null"
             )
-        if self.model_type != "openvla" and (self.unnorm_key is not None or self.gripper_action != "raw"):
+        if self.model_type not in OPENVLA_MODEL_TYPES and (
+            self.unnorm_key is not None or self.gripper_action != "raw"
+        ):
             raise ValueError(
-                f"unnorm_key and gripper_action belong to model_type 'openvla', not {self.model_type!r}: set "
-                "unnorm_key: null and gripper_action: raw"
+                f"unnorm_key and gripper_action belong to model_type 'openvla' / 'openvla_oft', not "
+                f"{self.model_type!r}: set unnorm_key: null and gripper_action: raw"
             )
         low, high = self.noise_logvar_range
         if not 0 < low <= high:

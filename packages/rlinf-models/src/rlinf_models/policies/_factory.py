@@ -14,7 +14,7 @@ from ._flow_sac import FlowSACPolicy
 from ._sac import SquashedGaussianPolicy
 
 if TYPE_CHECKING:
-    from ..openvla import OpenVLAPolicy
+    from ..openvla import OpenVLAOFTPolicy, OpenVLAPolicy
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 
@@ -25,13 +25,18 @@ _DEFAULT_CONFIG = PolicyConfig()
 
 def build_policy(
     spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | OpenVLAPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | OpenVLAPolicy | OpenVLAOFTPolicy:
     """The on-policy policy of ``config`` for ``spec``.
 
     :class:`FlowPolicy` for ``model_type: flow``, :class:`~rlinf_models.pi0.Pi0Policy` for ``pi0`` / ``pi05``,
     :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``, :class:`~rlinf_models.openvla.OpenVLAPolicy`
-    for ``openvla``, else ActorCritic.
+    for ``openvla``, :class:`~rlinf_models.openvla.OpenVLAOFTPolicy` for ``openvla_oft``, else ActorCritic.
     """
+    if config.model_type == "openvla_oft":
+        # The one place that imports the OpenVLA backend (transformers, the [openpi] extra), only when chosen.
+        from ..openvla import OpenVLAOFTPolicy
+
+        return OpenVLAOFTPolicy(spec, config)
     if config.model_type == "openvla":
         # The one place that imports the OpenVLA backend (transformers, the [openpi] extra), only when chosen.
         from ..openvla import OpenVLAPolicy
@@ -71,6 +76,7 @@ def build_inference_policy(
     | Pi0Policy
     | SmolVLAPolicy
     | OpenVLAPolicy
+    | OpenVLAOFTPolicy
     | SquashedGaussianPolicy
     | FlowSACPolicy
 ):

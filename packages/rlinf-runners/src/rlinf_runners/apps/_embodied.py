@@ -292,7 +292,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
 
     def _vla_path_problems(self, model: PolicyConfig) -> list[str]:
         """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist."""
-        if model.model_type == "openvla":
+        if model.model_type in ("openvla", "openvla_oft"):
             return self._openvla_path_problems(model)
         problems: list[str] = []
         assert model.model_path is not None and model.tokenizer_path is not None
@@ -334,9 +334,9 @@ class EmbodiedApp(App[EmbodiedConfig]):
             )
         else:
             config = json.loads(config_file.read_text())
-            if config.get("model_type") != "openvla":
+            if config.get("model_type") != "openvla":  # OpenVLA-OFT checkpoints keep OpenVLA's config.json
                 problems.append(
-                    f"actor.model.model_type 'openvla' does not match {config_file}'s model_type "
+                    f"actor.model.model_type {model.model_type!r} does not match {config_file}'s model_type "
                     f"{config.get('model_type')!r}; allowed: {', '.join(VLA_MODEL_TYPES)}"
                 )
             stats = dict(config.get("norm_stats") or {})
