@@ -63,6 +63,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     (E, ["actor.model.activation=gelu2"], ["actor.model.activation", "'tanh', 'relu', 'gelu'"]),
     (E, ["actor.model.model_type=transformer_xl"], ["actor.model.model_type", "'mlp', 'cnn'"]),
     (E, ["actor.model.num_action_chunks=3"], ["actor.model.num_action_chunks (3)"]),
+    (E, ["actor.model.lora_sync=delta"], ["actor.model.lora_sync", "'merged', 'adapters'"]),
+    (
+        E,
+        ["actor.model.lora_sync=adapters"],
+        ["actor.model", "lora_sync 'adapters'", "is_lora: true", "'merged'"],
+    ),
     (E, ["actor.optim.lr=-1"], ["actor.optim.lr", "> 0"]),
     (E, ["actor.optim.lr_schedule=cosine2"], ["actor.optim.lr_schedule", "'constant', 'linear'"]),
     (E, ["actor.global_batch_size=100000"], ["actor.global_batch_size", "actor.micro_batch_size"]),
