@@ -6,9 +6,11 @@ actions, and steps the stage; with two stages, simulating one overlaps the rollo
 Messages are point-to-point (``Worker.send`` / ``recv``); finished trajectories go on the actor's ``Channel``.
 
 Messages to a rollout rank, per stage and step: ``{"stage", "obs" [n, *obs], "deterministic",
-"final_obs" [n, *obs] or None}`` (``final_obs`` asks for ``V(final obs)`` of rows whose chunk ended in a
-truncation, for bootstrapping), or ``{"stage", "end": True}`` when the rank stops sending for that stage. The
-reply: ``{"actions", "logprobs" [n, C*D], "values" [n, 1], "final_values" [n, 1] or None}``.
+"final_obs" [n, *obs] or None, "new_episode" [n] bool or None}`` (``final_obs`` asks for ``V(final obs)`` of rows
+whose chunk ended in a truncation, for bootstrapping; ``new_episode``, in training rollouts, marks observations
+that start an episode), or ``{"stage", "end": True}`` when the rank stops sending for that stage. The reply:
+``{"actions", "logprobs" [n, C*D], "values" [n, 1], "final_values" [n, 1] or None}`` and, from HG-DAgger's
+gate, ``"interventions"`` [n] bool and ``"discrepancy"`` [n].
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ class EnvWorker(Worker):
         [T, E, C*D]``, ``prev_values [T+1, E, 1]`` (row T: value of the final observation), ``versions [T, E]``
         (int64: the version of the weights that chose each chunk's actions) and, when the rollout's replies carry
         them, ``forward_inputs`` (a dict of ``[T, E, ...]`` tensors for the policy's training forward).
+        HG-DAgger: ``interventions [T, E, C]`` (bool: the expert, or a human the env reports, executed that
+        step; ``actions`` then holds what was executed) and, from the rollout's gate, ``discrepancy [T, E]``.
 
         Returns:
             Episode statistics of the episodes that ended (:meth:`EpisodeStats.as_dict`) and ``env_steps`` (env
@@ -383,6 +387,8 @@ class EnvWorker(Worker):
                     "forward_inputs",
                     "next_obs",
                     "terms",
+                    "interventions",
+                    "discrepancy",
                 )
             }
             for _ in range(self.stages)
@@ -396,7 +402,8 @@ class EnvWorker(Worker):
                 stage.dones[:] = False
         for s, stage in enumerate(self._train):
             rec[s]["dones"].append(stage.dones.copy())
-            self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False)
+            start = np.asarray(stage.dones.any(axis=1) | (not self.cfg.train.auto_reset), dtype=bool)
+            self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False, new_episode=start)
         for t in range(t_chunks + 1):
             for s, stage in enumerate(self._train):
                 reply = self._recv_reply(rollout_group, peers, s)
@@ -412,13 +419,18 @@ class EnvWorker(Worker):
                     continue
                 actions = self._actions(reply["actions"])
                 rec[s]["obs"].append(stage.obs)
-                rec[s]["actions"].append(np.asarray(reply["actions"]))
                 rec[s]["logprobs"].append(np.asarray(reply["logprobs"], dtype=np.float32))
                 rec[s]["versions"].append(np.asarray(reply["versions"], dtype=np.int64).reshape(-1))
                 if reply.get("forward_inputs") is not None:
                     rec[s]["forward_inputs"].append(reply["forward_inputs"])
+                if reply.get("discrepancy") is not None:
+                    rec[s]["discrepancy"].append(np.asarray(reply["discrepancy"], dtype=np.float32))
                 with self.timer("env_step"):
                     res = stage.env.chunk_step(actions)
+                executed, flags = _executed(np.asarray(reply["actions"]), reply.get("interventions"), res)
+                rec[s]["actions"].append(executed)
+                if flags is not None:
+                    rec[s]["interventions"].append(flags)
                 stats.extend(res.episodes)
                 rec[s]["rewards"].append(res.rewards.astype(np.float32, copy=True))
                 dones = res.dones
@@ -428,7 +440,10 @@ class EnvWorker(Worker):
                 if self.collect_transitions:
                     rec[s]["next_obs"].append(res.final_obs)
                     rec[s]["terms"].append(res.terminations)
-                    self._send_obs(rollout_group, peers, s, stage.obs, None, deterministic=False)
+                    start = np.asarray(dones.any(axis=1), dtype=bool)
+                    self._send_obs(
+                        rollout_group, peers, s, stage.obs, None, deterministic=False, new_episode=start
+                    )
                     continue
                 if alg.bootstrap_type == "always":
                     need = dones[:, -1]
@@ -438,7 +453,10 @@ class EnvWorker(Worker):
                 if need.any():
                     boot[s] = need.astype(np.float32)
                     final_obs = res.final_obs
-                self._send_obs(rollout_group, peers, s, stage.obs, final_obs, deterministic=False)
+                start = np.asarray(dones.any(axis=1), dtype=bool)
+                self._send_obs(
+                    rollout_group, peers, s, stage.obs, final_obs, deterministic=False, new_episode=start
+                )
         parts = [_stack_record(r, transitions=self.collect_transitions) for r in rec]
         traj = {k: obs_concat([p[k] for p in parts], axis=1) for k in parts[0]}
         if not self.cfg.train.auto_reset:
@@ -458,6 +476,7 @@ class EnvWorker(Worker):
         final_obs: NpObs | None,
         *,
         deterministic: bool,
+        new_episode: np.ndarray | None = None,
     ) -> None:
         with self.timer("send_obs"):
             for peer, lo, hi in peers:
@@ -466,6 +485,7 @@ class EnvWorker(Worker):
                     "obs": obs_index(obs, slice(lo, hi)),
                     "final_obs": None if final_obs is None else obs_index(final_obs, slice(lo, hi)),
                     "deterministic": deterministic,
+                    "new_episode": None if new_episode is None else new_episode[lo:hi],
                 }
                 self.send(msg, rollout_group, peer)
 
@@ -484,7 +504,15 @@ class EnvWorker(Worker):
         if len(replies) == 1:
             return replies[0]
         out: dict[str, Any] = {}
-        for key in ("actions", "logprobs", "values", "versions", "final_values"):
+        for key in (
+            "actions",
+            "logprobs",
+            "values",
+            "versions",
+            "final_values",
+            "interventions",
+            "discrepancy",
+        ):
             vals = [r.get(key) for r in replies]
             out[key] = None if any(v is None for v in vals) else np.concatenate([np.asarray(v) for v in vals])
         extras = [r.get("forward_inputs") for r in replies]
@@ -520,7 +548,27 @@ def _stack_record(r: dict[str, list[Any]], *, transitions: bool) -> dict[str, An
     if transitions:
         part["next_obs"] = obs_map(torch.from_numpy, obs_stack(r["next_obs"]))
         part["terminations"] = torch.from_numpy(np.stack(r["terms"]))
+    for key in ("interventions", "discrepancy"):  # HG-DAgger, when every chunk reported them
+        if r[key] and len(r[key]) == len(r["actions"]):
+            part[key] = torch.from_numpy(np.stack(r[key]))
     return part
+
+
+def _executed(actions: np.ndarray, gated: Any, res: ChunkStepResult) -> tuple[np.ndarray, np.ndarray | None]:
+    """The actions a chunk executed ``[n, C(, D)]`` and who controlled each step ``[n, C]`` (``None``: nobody said).
+
+    ``gated`` ``[n]``: the rollout's HG-DAgger gate sent the expert's chunk; ``res.interventions``: the env's
+    human took over those steps, executing ``res.intervention_actions``.
+    """
+    n, c = actions.shape[:2]
+    flags = None if gated is None else np.repeat(np.asarray(gated, dtype=bool).reshape(n, 1), c, axis=1)
+    if res.interventions is None:
+        return actions, flags
+    human = np.asarray(res.interventions, dtype=bool)
+    if res.intervention_actions is not None:
+        mask = human.reshape(n, c, *([1] * (actions.ndim - 2)))
+        actions = np.where(mask, np.asarray(res.intervention_actions).reshape(actions.shape), actions)
+    return actions, human if flags is None else flags | human
 
 
 _RESEED_STRIDE = 1_000_003

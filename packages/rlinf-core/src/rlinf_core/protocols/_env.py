@@ -116,6 +116,10 @@ class ChunkStepResult:
         final_obs: ``[N, *obs_shape]`` the last observation before an auto-reset, for envs whose last
             step in the chunk ended an episode (bootstrap value target); equal to ``obs`` elsewhere.
         episodes: statistics of the episodes that finished in this chunk.
+        interventions: ``[N, C]`` bool, a human took over that step (human-in-the-loop envs that report it in
+            their step info, e.g. gym-hil's ``is_intervention``); ``None`` where the env reports none.
+        intervention_actions: ``[N, C, action_dim]`` the actions executed at those steps (the human's; the
+            policy's elsewhere); ``None`` with ``interventions``.
     """
 
     obs: NpObs
@@ -124,6 +128,8 @@ class ChunkStepResult:
     truncations: np.ndarray
     final_obs: NpObs
     episodes: EpisodeStats
+    interventions: np.ndarray | None = None
+    intervention_actions: np.ndarray | None = None
 
     @property
     def dones(self) -> np.ndarray:

@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - exercised by the extra-missing te
 
 from rlinf_core.protocols import ChunkStepResult, EnvSpec, EpisodeStats
 
-__all__ = ["GymnasiumVecEnv", "gymnasium_spec"]
+__all__ = ["INTERVENTION_ACTION_KEY", "INTERVENTION_KEY", "GymnasiumVecEnv", "gymnasium_spec"]
 
 
 def _spec_of(env: Any) -> EnvSpec:
@@ -97,6 +97,12 @@ def gymnasium_spec(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> 
         env.close()
 
 
+INTERVENTION_KEY = "is_intervention"
+"""Step-info key of a human-in-the-loop env: a person controlled this step (gym-hil's name)."""
+INTERVENTION_ACTION_KEY = "teleop_action"
+"""Step-info key of the action executed at an intervention (gym-hil's name)."""
+
+
 class GymnasiumVecEnv:
     """``num_envs`` copies of a gymnasium env, stepped in-process with action chunks and auto-reset.
 
@@ -173,7 +179,12 @@ class GymnasiumVecEnv:
         return actions
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
-        """Execute a chunk of actions ``[N, C]`` (discrete) or ``[N, C, action_dim]`` (continuous)."""
+        """Execute a chunk of actions ``[N, C]`` (discrete) or ``[N, C, action_dim]`` (continuous).
+
+        A human-in-the-loop env that reports ``info["is_intervention"]`` (and the executed action in
+        ``info["teleop_action"]``, as gym-hil's input-control wrapper does) fills the result's
+        ``interventions`` and ``intervention_actions``.
+        """
         if not self._was_reset:
             raise RuntimeError("call reset() before chunk_step()")
         actions = self._check_actions(actions)
@@ -185,6 +196,8 @@ class GymnasiumVecEnv:
         stats = EpisodeStats()
         low = np.asarray(self.spec.action_low) if self.spec.action_low is not None else None
         high = np.asarray(self.spec.action_high) if self.spec.action_high is not None else None
+        human: np.ndarray | None = None
+        executed: np.ndarray | None = None
         for i, env in enumerate(self._envs):
             for k in range(c):
                 if self._finished[i]:
@@ -193,6 +206,14 @@ class GymnasiumVecEnv:
                 a = actions[i, k]
                 a = int(a) if low is None else np.clip(a, low, high)
                 obs, r, term, trunc, info = env.step(a)
+                if INTERVENTION_KEY in info:
+                    if human is None:
+                        human = np.zeros((n, c), dtype=bool)
+                        executed = np.array(actions, dtype=np.float32, copy=True)
+                    assert executed is not None
+                    human[i, k] = bool(info[INTERVENTION_KEY])
+                    if human[i, k]:
+                        executed[i, k] = np.asarray(info.get(INTERVENTION_ACTION_KEY, a), dtype=np.float32)
                 rewards[i, k] = r
                 terms[i, k], truncs[i, k] = term, trunc
                 self._ret[i] += r
@@ -215,7 +236,16 @@ class GymnasiumVecEnv:
                         break
             if not (terms[i, -1] or truncs[i, -1]):
                 final_obs[i] = self._obs[i]
-        return ChunkStepResult(self._obs.copy(), rewards, terms, truncs, final_obs, stats)
+        return ChunkStepResult(
+            self._obs.copy(),
+            rewards,
+            terms,
+            truncs,
+            final_obs,
+            stats,
+            interventions=human,
+            intervention_actions=executed,
+        )
 
     def get_state(self) -> dict[str, Any]:
         """Every env (wrappers, RNG, simulator state) and the running episode bookkeeping, picklable.
