@@ -19,6 +19,18 @@ def _positive_or_none(_inst: object, attr: attrs.Attribute[Any], value: float | 
         raise ValueError(f"'{attr.name}' must be > 0 or null: {value}")
 
 
+GATINGS = ("mixture", "discrepancy", "intervention")
+"""The values of ``actor.expert.gating``."""
+
+
+def _one_of(field: str, allowed: tuple[str, ...]) -> Any:
+    def check(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
+        if value not in allowed:
+            raise ValueError(f"{field}: {value!r} is not one of {', '.join(allowed)}")
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class OptimConfig:
     """Adam(W) settings (config ``actor.optim``)."""
@@ -65,10 +77,42 @@ class ExpertConfig:
     beta_decay: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
     """Per training step: rollout ``i`` executes the expert's action with probability ``beta * beta_decay**i``
     (DAgger's mixture ``π_i = β_i π* + (1 - β_i) π̂_i``)."""
+    gating: Literal["mixture", "discrepancy", "intervention"] = attrs.field(
+        default="mixture", validator=_one_of("actor.expert.gating", GATINGS)
+    )
+    """Who controls a training rollout's steps and which steps are aggregated.
+
+    ``mixture``: DAgger's ``β`` mixture, every visited step aggregated with the expert's label.
+    ``discrepancy``: HG-DAgger with a simulated human: the learner drives, the expert takes over while
+    ``‖a_learner − a_expert‖`` exceeds ``gate_threshold`` and hands back once it falls below
+    ``release_threshold``; only the expert's steps are aggregated. ``intervention``: HG-DAgger with a real
+    human: the env reports in its step info which steps a person took over and their actions (no expert
+    policy: leave ``checkpoint`` empty); only those steps are aggregated."""
+    gate_threshold: float = attrs.field(default=0.5, validator=v.gt(0.0))
+    """``discrepancy`` gating: the expert takes control when the discrepancy (the mean over the chunk's steps of
+    the L2 norm of the action difference, actions normalised to ``[-1, 1]`` per dimension) exceeds this."""
+    release_threshold: float = attrs.field(default=0.25, validator=v.ge(0.0))
+    """``discrepancy`` gating: the expert keeps control until the discrepancy falls below this (hysteresis:
+    at most ``gate_threshold``)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.release_threshold > self.gate_threshold:
+            raise ValueError(
+                f"actor.expert.release_threshold ({self.release_threshold}) must be <= actor.expert.gate_threshold "
+                f"({self.gate_threshold}): the expert hands control back below the threshold it took it at"
+            )
+        if self.gating == "intervention":
+            if self.checkpoint:
+                raise ValueError(
+                    "actor.expert.checkpoint: gating 'intervention' labels with the human's actions the env "
+                    "reports; drop the checkpoint (or use gating 'discrepancy' for a simulated human)"
+                )
+            return
         if not self.checkpoint:
-            raise ValueError("actor.expert.checkpoint: give the expert's checkpoint directory or model.pt")
+            raise ValueError(
+                f"actor.expert.checkpoint: give the expert's checkpoint directory or model.pt (gating "
+                f"{self.gating!r} runs the expert policy; only 'intervention' needs none)"
+            )
         if self.model.model_path is not None:
             raise ValueError(
                 "actor.expert.model.model_path: the expert's weights come from actor.expert.checkpoint; drop it"

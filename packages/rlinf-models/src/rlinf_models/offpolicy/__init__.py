@@ -10,6 +10,7 @@ from rlinf_core import lazy_exports
 
 from ._buffer import ReplayBuffer, SymmetricSampler
 from ._dagger import DAggerTrainer, build_expert, expert_spec
+from ._hgdagger import DiscrepancyGate, GateStep, action_discrepancy, count_takeovers, intervention_metrics
 from ._trainer import TRANSITION_KEYS, SACTrainer, trajectory_transitions
 
 if TYPE_CHECKING:
@@ -18,12 +19,17 @@ if TYPE_CHECKING:
 __all__ = [
     "TRANSITION_KEYS",
     "DAggerTrainer",
+    "DiscrepancyGate",
+    "GateStep",
     "OffPolicyActorWorker",
     "ReplayBuffer",
     "SACTrainer",
     "SymmetricSampler",
+    "action_discrepancy",
     "build_expert",
+    "count_takeovers",
     "expert_spec",
+    "intervention_metrics",
     "trajectory_transitions",
 ]
 

@@ -10,6 +10,10 @@ policy trained by RL.
 The learner is the off-policy tanh-Gaussian policy: its deterministic action ``tanh(μ(s))`` (normalised to
 ``[-1, 1]``) regresses the expert's action clipped to the bounds and normalised the same way, by mean squared
 error over the chunk's actions.
+
+With ``actor.expert.gating`` ``discrepancy`` or ``intervention`` the same trainer runs HG-DAgger (see
+:mod:`rlinf_models.offpolicy._hgdagger`): the rollout's learner drives, and only the chunks the expert (a
+simulated or a real human) controlled enter the aggregate, labelled with the actions it executed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ..policies import ActorCritic, FlowPolicy, FlowSACPolicy, SquashedGaussianP
 from ..policies._encoders import TensorObs
 from ..policies._weights import load_policy_weights
 from ._buffer import ReplayBuffer
+from ._hgdagger import action_discrepancy, count_takeovers, intervention_metrics
 
 if TYPE_CHECKING:
     from ..openvla import OpenVLAPolicy
@@ -103,6 +108,9 @@ class DAggerTrainer:
 
     Raises:
         ValueError: without ``actor.expert``.
+
+    With ``actor.expert.gating`` other than ``mixture`` (HG-DAgger) no expert policy is built here: the labels are
+    the actions the expert executed, which the trajectory carries.
     """
 
     def __init__(
@@ -121,7 +129,8 @@ class DAggerTrainer:
         self.device = device or torch.device("cpu")
         self.algorithm = algorithm
         self.expert_cfg = actor.expert
-        self.expert = build_expert(spec, actor.expert, self.device)
+        self.gated = actor.expert.gating != "mixture"
+        self.expert = None if self.gated else build_expert(spec, actor.expert, self.device)
         self.policy = policy
         self.batch_size = actor.global_batch_size
         self.clip_grad = actor.optim.clip_grad
@@ -142,6 +151,9 @@ class DAggerTrainer:
         """Gradient steps so far."""
         self.train_steps = 0
         """:meth:`update` calls so far (the model version the rollout gets)."""
+        self._last_flags: torch.Tensor | None = None
+        # HG-DAgger: each env's control flag at the end of the last rollout (a takeover can span two rollouts).
+        self._rollout_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------ queries
     def beta(self) -> float:
@@ -156,6 +168,10 @@ class DAggerTrainer:
     @torch.no_grad()
     def label(self, obs: TensorObs) -> torch.Tensor:
         """The expert's normalised actions ``[N, C, D]`` in ``[-1, 1]`` for ``N`` observations."""
+        if self.expert is None:
+            raise RuntimeError(
+                f"actor.expert.gating {self.expert_cfg.gating!r} builds no expert to label with"
+            )
         key = self.expert_cfg.obs_key
         seen = obs[key] if isinstance(obs, Mapping) and key is not None else obs
         out = self.expert.act(obs_map(lambda x: x.to(self.device), seen), deterministic=True)
@@ -170,9 +186,18 @@ class DAggerTrainer:
 
     # ------------------------------------------------------------------------------------------- updates
     def add_trajectory(self, traj: Mapping[str, Any]) -> int:
-        """Label a trajectory's observations with the expert and add them to the aggregate; returns how many."""
+        """Label a trajectory's observations with the expert and add them to the aggregate.
+
+        HG-DAgger (``gating`` ``discrepancy`` / ``intervention``): only the chunks the expert controlled in
+        every step (``traj["interventions"]`` ``[T, E, C]``) are added, labelled with their executed actions.
+
+        Returns:
+            The chunked steps received (``T x E``; for ``mixture`` all of them are added).
+        """
         if "obs" not in traj:
             raise ValueError(f"trajectory lacks 'obs' (it has {sorted(traj)})")
+        if self.gated:
+            return self._add_gated(traj)
         obs = obs_map(lambda x: x.flatten(0, 1), traj["obs"])
         n = obs_len(obs)
         labels = [self.label(obs_index(obs, slice(lo, lo + 1024))) for lo in range(0, n, 1024)]
@@ -180,12 +205,63 @@ class DAggerTrainer:
         self.buffer.add(batch)
         return n
 
+    def _add_gated(self, traj: Mapping[str, Any]) -> int:
+        if "interventions" not in traj:
+            raise ValueError(
+                f"actor.expert.gating {self.expert_cfg.gating!r}: the trajectory carries no 'interventions' (it has "
+                f"{sorted(traj)}); 'discrepancy' needs the rollout's gate, 'intervention' an env that reports "
+                "is_intervention and teleop_action in its step info"
+            )
+        flags: torch.Tensor = traj["interventions"].to(torch.bool)  # [T, E, C]
+        t, e, c = flags.shape
+        obs = obs_map(lambda x: x.flatten(0, 1), traj["obs"])
+        actions: torch.Tensor = traj["actions"].flatten(0, 1)  # [T*E, C, D] env units, the executed actions
+        take = flags.all(dim=-1).flatten()  # a chunk is a sample when the expert executed all of it
+        idx = take.nonzero().flatten()
+        kept = obs_index(obs, idx)
+        low = self.policy.action_bias - self.policy.action_scale
+        high = self.policy.action_bias + self.policy.action_scale
+        labels = self.policy.from_env(torch.clamp(actions[idx].to(low.device).float(), low, high)).cpu()
+        discrepancy = traj.get("discrepancy")  # [T, E] from the rollout's gate
+        if discrepancy is None and len(idx):
+            # A real human: how far the learner is from the human where the human acted.
+            discrepancy = torch.full((t * e,), float("nan"))
+            discrepancy[idx] = self._learner_discrepancy(kept, labels)
+            discrepancy = discrepancy.reshape(t, e)
+        if len(idx):
+            self.buffer.add({"obs": self._keep(kept), "expert_actions": labels})
+        # Per env step, in time order: step (t, k) is row t * C + k; a step starts an episode after a done.
+        steps = flags.permute(0, 2, 1).reshape(t * c, e)
+        ended = traj["dones"].to(torch.bool)  # [T+1, E, C]; row 0: before the rollout
+        starts = torch.cat([ended[:1, :, -1], ended[1:].permute(0, 2, 1).reshape(t * c, e)[:-1]])
+        prev = self._last_flags if self._last_flags is not None and self._last_flags.shape == (e,) else None
+        takeovers, self._last_flags = count_takeovers(steps, starts, prev)
+        per_step = None
+        if discrepancy is not None:
+            per_step = discrepancy.float()[:, None, :].expand(t, c, e).reshape(t * c, e)
+        metrics = intervention_metrics(steps, takeovers, per_step)
+        metrics["hgdagger/aggregated"] = float(len(idx))
+        self._rollout_metrics = metrics
+        return t * e
+
+    @torch.no_grad()
+    def _learner_discrepancy(self, obs: TensorObs, labels: torch.Tensor) -> torch.Tensor:
+        self.policy.eval()
+        out = []
+        for lo in range(0, len(labels), 1024):
+            rows = obs_index(obs, slice(lo, lo + 1024))
+            action, _ = self.policy.sample(obs_map(lambda x: x.to(self.device), rows), deterministic=True)
+            out.append(action_discrepancy(action.cpu(), labels[lo : lo + 1024]))
+        return torch.cat(out)
+
     def update(self, num_steps: int) -> dict[str, float]:
         """``num_steps`` regression steps on the aggregate (none while it holds fewer than ``min_buffer_size``).
 
         Returns:
-            ``dagger/loss`` (mean over the steps), ``dagger/num_updates``, ``dagger/beta`` (of the next rollout),
-            ``replay_buffer/size``.
+            ``dagger/loss`` (mean over the steps), ``dagger/num_updates``, ``dagger/beta`` (of the next rollout;
+            ``mixture`` only), ``replay_buffer/size`` and, for HG-DAgger, the last rollout's
+            :func:`~rlinf_models.offpolicy._hgdagger.intervention_metrics` and ``hgdagger/aggregated`` (chunks
+            added).
         """
         losses = []
         if self.buffer.ready():
@@ -193,11 +269,11 @@ class DAggerTrainer:
             for _ in range(num_steps):
                 losses.append(self._step())
         self.train_steps += 1
-        metrics = {
-            "dagger/num_updates": float(len(losses)),
-            "dagger/beta": self.beta(),
-            "replay_buffer/size": float(len(self.buffer)),
-        }
+        metrics = {"dagger/num_updates": float(len(losses)), "replay_buffer/size": float(len(self.buffer))}
+        if not self.gated:
+            metrics["dagger/beta"] = self.beta()
+        metrics |= self._rollout_metrics
+        self._rollout_metrics = {}
         if losses:
             metrics["dagger/loss"] = float(torch.stack(losses).mean())
         return metrics
@@ -238,6 +314,7 @@ class DAggerTrainer:
                     "update_steps": self.update_steps,
                     "train_steps": self.train_steps,
                     "buffer": self.buffer.state_dict(),
+                    "last_flags": self._last_flags,
                 },
             ),
         ]
@@ -249,3 +326,4 @@ class DAggerTrainer:
         self.update_steps = int(state["update_steps"])
         self.train_steps = int(state["train_steps"])
         self.buffer.load_state_dict(state["buffer"])
+        self._last_flags = state.get("last_flags")
