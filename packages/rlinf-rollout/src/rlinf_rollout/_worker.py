@@ -18,7 +18,7 @@ from rlinf_core.protocols import (
     take_newest_weights,
 )
 from rlinf_models import ExpertConfig
-from rlinf_models.offpolicy import build_expert
+from rlinf_models.offpolicy import DiscrepancyGate, action_discrepancy, build_expert
 from rlinf_models.policies import (
     FlowSACPolicy,
     PolicyConfig,
@@ -60,8 +60,13 @@ class EmbodiedRolloutWorker(Worker):
         env_world_size: ranks of the env group.
         train_num_envs: ``env.train.total_num_envs``.
         eval_num_envs: ``env.eval.total_num_envs``.
-        expert: DAgger (``actor.expert``): training rollouts run the policy deterministically and execute the
-            expert's action instead at each step with probability ``beta * beta_decay**version``.
+        expert: DAgger (``actor.expert``): training rollouts run the policy deterministically. With ``gating:
+            mixture`` they execute the expert's action instead at each step with probability
+            ``beta * beta_decay**version``; with ``discrepancy`` (HG-DAgger's simulated human) the expert takes
+            over an env while its action and the policy's differ by more than ``gate_threshold`` and hands back
+            below ``release_threshold``, and each training reply also carries ``interventions`` ``[n]`` (bool:
+            the expert's action was sent) and ``discrepancy`` ``[n]``; with ``intervention`` (a real human,
+            reported by the env) no expert runs here.
     """
 
     def __init__(
@@ -83,7 +88,13 @@ class EmbodiedRolloutWorker(Worker):
         self.policy = build_inference_policy(spec, model)
         self.policy.eval()
         self.expert_cfg = expert
-        self.expert = None if expert is None else build_expert(spec, expert)
+        human = expert is None or expert.gating == "intervention"
+        self.expert = None if human or expert is None else build_expert(spec, expert)
+        self.gate = (
+            DiscrepancyGate(expert.gate_threshold, expert.release_threshold)
+            if expert is not None and expert.gating == "discrepancy"
+            else None
+        )
         self.version = -1
         stages = cfg.pipeline_stage_num
         self._peers: dict[str, list[int]] = {}
@@ -211,7 +222,7 @@ class EmbodiedRolloutWorker(Worker):
                 if weights is not None:
                     self._take_weights(weights, -1)
                 with self.timer("inference"):
-                    replies = self._infer([m for _, m in live], mode)
+                    replies = self._infer([m for _, m in live], mode, stage)
                 with self.timer("send_actions"):
                     for (peer, _), reply in zip(live, replies, strict=True):
                         reply["stage"] = stage
@@ -237,16 +248,40 @@ class EmbodiedRolloutWorker(Worker):
         actions[take] = expert.to(actions.dtype)
         return PolicyOutput(actions, out.logprobs, out.values)
 
+    def _gate_expert(
+        self, obs: Any, out: PolicyOutput, stage: int, msgs: list[dict[str, Any]]
+    ) -> tuple[PolicyOutput, dict[str, np.ndarray]]:
+        """HG-DAgger's simulated human: the expert's action where :class:`DiscrepancyGate` gives it control."""
+        assert self.expert is not None and self.expert_cfg is not None and self.gate is not None
+        assert isinstance(self.policy, SquashedGaussianPolicy)  # the app checks DAgger's learner
+        key = self.expert_cfg.obs_key
+        expert = self.expert.act(obs if key is None else obs[key], deterministic=True).actions
+        actions = out.actions
+        if expert.shape[1] != actions.shape[1]:  # a one-step expert: its action for the whole chunk
+            expert = expert[:, :1].expand(-1, actions.shape[1], -1)
+        d = action_discrepancy(self.policy.from_env(actions), self.policy.from_env(expert))
+        starts = [m.get("new_episode") for m in msgs]
+        new_episode = None
+        if all(x is not None for x in starts):
+            new_episode = torch.as_tensor(np.concatenate([np.asarray(x, dtype=bool) for x in starts]))
+        step = self.gate.step(d, key=stage, new_episode=new_episode)
+        mixed = torch.where(step.control[:, None, None], expert.to(actions.dtype), actions)
+        extras = {"interventions": step.control.numpy(), "discrepancy": d.float().numpy()}
+        return PolicyOutput(mixed, out.logprobs, out.values), extras
+
     @torch.no_grad()
-    def _infer(self, msgs: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    def _infer(self, msgs: list[dict[str, Any]], mode: str, stage: int = 0) -> list[dict[str, Any]]:
         sizes = [obs_len(m["obs"]) for m in msgs]
         obs = obs_map(torch.as_tensor, obs_concat([m["obs"] for m in msgs]))
         deterministic = mode == "eval" or self.cfg.deterministic or bool(msgs[0].get("deterministic"))
-        if self.expert is not None and mode == "train":
-            deterministic = True  # DAgger: the learner's own action; exploration is the expert mixture
+        if self.expert_cfg is not None and mode == "train":
+            deterministic = True  # (HG-)DAgger: the learner's own action; the expert (or human) explores
         out = self.policy.act(obs, deterministic=deterministic)
         n = sum(sizes)
-        if self.expert is not None and mode == "train":
+        gated: dict[str, np.ndarray] = {}
+        if self.gate is not None and mode == "train":
+            out, gated = self._gate_expert(obs, out, stage, msgs)
+        elif self.expert is not None and mode == "train":
             out = self._mix_expert(obs, out, n)
         if mode == "random" and isinstance(self.policy, SquashedGaussianPolicy | FlowSACPolicy):
             out = PolicyOutput(self.policy.random_actions(n), torch.zeros_like(out.logprobs), out.values)
@@ -270,6 +305,7 @@ class EmbodiedRolloutWorker(Worker):
                     if out.forward_inputs is None
                     else {k: v[sl].numpy() for k, v in out.forward_inputs.items()},
                 }
+                | {k: v[sl] for k, v in gated.items()}
             )
             start += size
         return replies
