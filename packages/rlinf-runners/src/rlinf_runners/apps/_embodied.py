@@ -464,7 +464,7 @@ class EmbodiedApp(App[EmbodiedConfig]):
                 model_path = str(self.resolve_data_path(model_path).resolve())
             actor = attrs.evolve(actor, model=attrs.evolve(actor.model, model_path=model_path))
         expert = actor.expert
-        if expert is None:
+        if expert is None or not expert.checkpoint:  # HG-DAgger's real human runs no expert policy
             return actor
         path = str(self.resolve_data_path(expert.checkpoint).resolve())
         return attrs.evolve(actor, expert=attrs.evolve(expert, checkpoint=path))

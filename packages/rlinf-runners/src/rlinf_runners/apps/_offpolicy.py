@@ -99,8 +99,16 @@ def _dagger_problems(
     if expert is None:
         return ["algorithm.loss_type 'embodied_dagger' needs actor.expert (model, checkpoint, obs_key)"]
     problems = []
-    weights = attrs.evolve(expert, checkpoint=str(resolve_path(expert.checkpoint))).weights_file()
-    if not weights.is_file():
+    if expert.gating == "intervention":
+        if cfg.env.train.env_type != "gymnasium":
+            problems.append(
+                f"actor.expert.gating 'intervention' reads the human's takeovers from the step info of a gymnasium "
+                f"env (is_intervention, teleop_action: e.g. gym-hil's); env.train.env_type is {cfg.env.train.env_type!r}"
+            )
+        weights = None
+    else:
+        weights = attrs.evolve(expert, checkpoint=str(resolve_path(expert.checkpoint))).weights_file()
+    if weights is not None and not weights.is_file():
         problems.append(
             f"actor.expert.checkpoint: no expert weights at {weights}; train the expert first (e.g. "
             f"`uv run apps/embodied/train.py --config-name maniskill_pushcube_ppo`) and point this at its checkpoint"
@@ -111,11 +119,12 @@ def _dagger_problems(
         )
     if cfg.runner.mode == "async":
         problems.append(
-            "algorithm.loss_type 'embodied_dagger' runs with runner.mode sync (β follows the weights version)"
+            "algorithm.loss_type 'embodied_dagger' runs with runner.mode sync (β and the gate follow the weights "
+            "version)"
         )
     if cfg.algorithm.random_warmup_steps:
         problems.append(
-            "algorithm.random_warmup_steps: DAgger starts from the expert mixture (actor.expert.beta), set 0"
+            "algorithm.random_warmup_steps: DAgger starts from the expert (actor.expert.gating), set 0"
         )
     return problems
 
