@@ -12,7 +12,7 @@ from .._lora_config import LoraShape
 
 __all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
 
-VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "openvla", "openvla_oft")
+VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "gr00t", "openvla", "openvla_oft")
 """``model_type`` values that load a vision-language-action checkpoint (``model_path``): flow policies, and
 ``openvla`` / ``openvla_oft`` (action tokens)."""
 
@@ -45,7 +45,7 @@ class PolicyConfig(LoraShape):
     """Policy architecture (config ``actor.model``)."""
 
     model_type: Literal[
-        "mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla", "openvla", "openvla_oft"
+        "mlp", "cnn", "resnet", "flow", "pi0", "pi05", "smolvla", "gr00t", "openvla", "openvla_oft"
     ] = "mlp"
     """Observation encoder: ``mlp`` (vectors only), ``cnn`` (the Nature CNN per camera) or ``resnet`` (the IMPALA
     ResNet per camera) for ``[H, W, C]`` images, with any vector entries (proprioception) concatenated.
@@ -54,7 +54,11 @@ class PolicyConfig(LoraShape):
     the checkpoint directory ``model_path`` as a flow policy (docs/vla.md, "RL fine-tuning of π0/π0.5"); the
     encoder, MLP and flow-architecture keys do not apply to it. ``smolvla``: the same for a SmolVLA checkpoint
     (docs/vla.md, "SmolVLA"); the ``pi0`` / ``pi05`` keys below apply to it, with SmolVLM2's tokenizer and
-    LeRobot's mean/std statistics file, and LoRA on the text model and the action expert. ``openvla``: the
+    LeRobot's mean/std statistics file, and LoRA on the text model and the action expert. ``gr00t``: the
+    same for a GR00T N1.5 checkpoint directory in the published layout (docs/vla.md, "GR00T N1.5"):
+    Eagle's tokenizer, the checkpoint's ``experiment_cfg/metadata.json`` statistics of ``embodiment_tag``
+    (``norm_stats_path: null``), ``denoising_steps`` its ``num_inference_timesteps``, LoRA on the Qwen3 text
+    model and the action head's transformers. ``openvla``: the
     OpenVLA checkpoint directory ``model_path`` (the published layout, its tokenizer and ``norm_stats`` inside)
     as a discrete-token policy (docs/vla.md, "OpenVLA"): one camera, one action of ``action_dim`` tokens per
     step (``num_action_chunks: 1``), per-token log-probabilities (``algorithm.logprob_type`` ``action_level``
@@ -147,6 +151,9 @@ class PolicyConfig(LoraShape):
     """``pi0`` / ``pi05``: the observation's proprioceptive vector entry (the model's state, normalised with
     ``norm_stats_path``). ``openvla_oft`` with a proprio projector: the same entry, normalised with the
     checkpoint's ``proprio`` quantiles."""
+    embodiment_tag: str | None = attrs.field(default=None, validator=_non_empty_or_none)
+    """``gr00t``: the embodiment of the checkpoint's statistics and category-specific weights (GR00T's tag,
+    e.g. ``new_embodiment``); ``null``: the only tag of its ``experiment_cfg/metadata.json``."""
     is_lora: bool = False
     """``pi0`` / ``pi05``: train LoRA adapters (peft) on the ``lora_target_modules`` of the two Gemma towers (the
     PaliGemma language model and the action expert) instead of the whole backbone. Every other backbone weight
@@ -206,6 +213,18 @@ class PolicyConfig(LoraShape):
                 f"{self.num_action_chunks}"
             )
 
+    def _vla_required_keys(self) -> tuple[str, ...]:
+        """The path keys a VLA ``model_type`` needs (``gr00t`` reads its checkpoint's statistics by default)."""
+        if self.model_type == "gr00t":
+            return ("model_path", "tokenizer_path")
+        return ("model_path", "tokenizer_path", "norm_stats_path")
+
+    def _check_embodiment_tag(self) -> None:
+        if self.embodiment_tag is not None and self.model_type != "gr00t":
+            raise ValueError(
+                f"embodiment_tag belongs to model_type 'gr00t', not {self.model_type!r}: set embodiment_tag: null"
+            )
+
     def __attrs_post_init__(self) -> None:
         if self.is_vla and self.add_q_head:
             raise ValueError(
@@ -230,11 +249,7 @@ class PolicyConfig(LoraShape):
         if self.model_type in OPENVLA_MODEL_TYPES:
             self._check_openvla()
         elif self.is_vla:
-            missing = [
-                name
-                for name in ("model_path", "tokenizer_path", "norm_stats_path")
-                if getattr(self, name) is None
-            ]
+            missing = [name for name in self._vla_required_keys() if getattr(self, name) is None]
             if missing:
                 raise ValueError(
                     f"model_type {self.model_type!r} needs {', '.join(missing)}: the checkpoint directory, "
@@ -257,6 +272,7 @@ class PolicyConfig(LoraShape):
                 f"unnorm_key and gripper_action belong to model_type 'openvla' / 'openvla_oft', not "
                 f"{self.model_type!r}: set unnorm_key: null and gripper_action: raw"
             )
+        self._check_embodiment_tag()
         low, high = self.noise_logvar_range
         if not 0 < low <= high:
             raise ValueError(

@@ -14,6 +14,7 @@ from ._flow_sac import FlowSACPolicy
 from ._sac import SquashedGaussianPolicy
 
 if TYPE_CHECKING:
+    from ..gr00t import GR00TPolicy
     from ..openvla import OpenVLAOFTPolicy, OpenVLAPolicy
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
@@ -25,11 +26,12 @@ _DEFAULT_CONFIG = PolicyConfig()
 
 def build_policy(
     spec: EnvSpec, config: PolicyConfig = _DEFAULT_CONFIG
-) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | OpenVLAPolicy | OpenVLAOFTPolicy:
+) -> ActorCritic | FlowPolicy | Pi0Policy | SmolVLAPolicy | GR00TPolicy | OpenVLAPolicy | OpenVLAOFTPolicy:
     """The on-policy policy of ``config`` for ``spec``.
 
     :class:`FlowPolicy` for ``model_type: flow``, :class:`~rlinf_models.pi0.Pi0Policy` for ``pi0`` / ``pi05``,
-    :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``, :class:`~rlinf_models.openvla.OpenVLAPolicy`
+    :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``,
+    :class:`~rlinf_models.gr00t.GR00TPolicy` for ``gr00t``, :class:`~rlinf_models.openvla.OpenVLAPolicy`
     for ``openvla``, :class:`~rlinf_models.openvla.OpenVLAOFTPolicy` for ``openvla_oft``, else ActorCritic.
     """
     if config.model_type == "openvla_oft":
@@ -42,6 +44,11 @@ def build_policy(
         from ..openvla import OpenVLAPolicy
 
         return OpenVLAPolicy(spec, config)
+    if config.model_type == "gr00t":
+        # The one place that imports the GR00T backend (transformers, the [openpi] extra), only when chosen.
+        from ..gr00t import GR00TPolicy
+
+        return GR00TPolicy(spec, config)
     if config.model_type == "smolvla":
         # The one place that imports the SmolVLA backend (transformers, the [openpi] extra), only when chosen.
         from ..smolvla import SmolVLAPolicy
@@ -75,6 +82,7 @@ def build_inference_policy(
     | FlowPolicy
     | Pi0Policy
     | SmolVLAPolicy
+    | GR00TPolicy
     | OpenVLAPolicy
     | OpenVLAOFTPolicy
     | SquashedGaussianPolicy

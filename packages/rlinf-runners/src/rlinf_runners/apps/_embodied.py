@@ -294,6 +294,8 @@ class EmbodiedApp(App[EmbodiedConfig]):
         """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist."""
         if model.model_type in ("openvla", "openvla_oft"):
             return self._openvla_path_problems(model)
+        if model.model_type == "gr00t":
+            return self._gr00t_path_problems(model)
         problems: list[str] = []
         assert model.model_path is not None and model.tokenizer_path is not None
         directory = self.resolve_data_path(model.model_path)
@@ -316,6 +318,35 @@ class EmbodiedApp(App[EmbodiedConfig]):
             problems.append(f"actor.model.tokenizer_path: no tokenizer directory at {tokenizer}")
         if model.norm_stats_path is not None and not self.resolve_data_path(model.norm_stats_path).is_file():
             problems.append(f"actor.model.norm_stats_path: no statistics file at {model.norm_stats_path}")
+        return problems
+
+    def _gr00t_path_problems(self, model: PolicyConfig) -> list[str]:
+        """GR00T N1.5: the checkpoint directory (the published layout), Eagle's tokenizer, the statistics file."""
+        assert model.model_path is not None and model.tokenizer_path is not None
+        directory = self.resolve_data_path(model.model_path)
+        config_file = directory / "config.json"
+        weights = [
+            f for f in ("model.safetensors.index.json", "model.safetensors") if (directory / f).is_file()
+        ]
+        problems: list[str] = []
+        if not config_file.is_file() or not weights:
+            problems.append(
+                f"actor.model.model_path: {directory} is not a GR00T N1.5 checkpoint directory (config.json and "
+                "model.safetensors or its shards' index; scripts/make_tiny_gr00t.py writes a tiny one)"
+            )
+        elif (kind := json.loads(config_file.read_text()).get("model_type")) != "gr00t_n1_5":
+            problems.append(
+                f"actor.model.model_type 'gr00t' does not match {config_file}'s model_type {kind!r} "
+                "(a GR00T N1.5 checkpoint has 'gr00t_n1_5')"
+            )
+        if not self.resolve_data_path(model.tokenizer_path).is_dir():
+            problems.append(f"actor.model.tokenizer_path: no tokenizer directory at {model.tokenizer_path}")
+        stats = model.norm_stats_path or str(directory / "experiment_cfg" / "metadata.json")
+        if not self.resolve_data_path(stats).is_file():
+            problems.append(
+                f"actor.model.norm_stats_path: no statistics file at {stats} (null: the checkpoint's "
+                "experiment_cfg/metadata.json)"
+            )
         return problems
 
     def _openvla_path_problems(self, model: PolicyConfig) -> list[str]:
