@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rlinf_core.config import ConfigError
 from rlinf_core.metrics import read_metrics
 from rlinf_runners.apps import EmbodiedApp, run_app
 
@@ -89,4 +90,37 @@ def test_pendulum_hgdagger_aggregates_only_the_experts_steps(
     assert sum(r["train/hgdagger/takeovers"] for r in train) >= 1
     assert all(r["train/hgdagger/discrepancy"] >= 0 for r in train)
     assert all("train/dagger/beta" not in r for r in train)
-    assert result.last_checkpoint is not None and (result.last_checkpoint / "actor" / "trainer.pt").is_file()
+    assert result.last_checkpoint is not None
+    # The aggregate's labels are the expert's actions (the ones the gate executed), normalised to [-1, 1].
+    import torch
+    from rlinf_envs.gymnasium import gymnasium_spec
+    from rlinf_models.offpolicy import build_expert
+
+    assert cfg.actor.expert is not None
+    buf = torch.load(result.last_checkpoint / "actor" / "trainer.pt", weights_only=True)["buffer"]["contents"]
+    assert buf["obs"].shape == (int(sum(added)), 3)
+    expert = build_expert(gymnasium_spec("Pendulum-v1"), cfg.actor.expert)
+    want = expert.act(buf["obs"], deterministic=True).actions.clamp(-2.0, 2.0) / 2.0
+    torch.testing.assert_close(buf["expert_actions"], want)
+
+
+def test_gating_mistakes_fail_at_config_load_naming_the_key(app: EmbodiedApp, tmp_path: Path) -> None:
+    path = APP_DIR / "config" / "pendulum_hgdagger.yaml"
+    with pytest.raises(
+        ConfigError, match=r"actor\.expert\.gating: 'human' is not one of 'mixture', 'discrepancy'"
+    ):
+        app.load_config(path, ["actor.expert.gating=human"])
+    with pytest.raises(
+        ConfigError, match=r"actor\.expert\.release_threshold \(0\.5\) must be <= actor\.expert\.gate"
+    ):
+        app.load_config(path, ["actor.expert.release_threshold=0.5"])
+    with pytest.raises(ConfigError, match=r"actor\.expert\.checkpoint: no expert weights at"):
+        app.load_config(path, [f"actor.expert.checkpoint={tmp_path / 'none'}"])
+    # A real human needs no expert policy, and an env that reports the takeovers in its step info.
+    human = app.load_config(path, ["actor.expert.gating=intervention", "actor.expert.checkpoint="])
+    assert human.actor.expert is not None and human.actor.expert.checkpoint == ""
+    rgb = APP_DIR / "config" / "maniskill_pushcube_rgb_dagger.yaml"
+    with pytest.raises(
+        ConfigError, match=r"gating 'intervention' reads the human's takeovers .* 'maniskill'"
+    ):
+        app.load_config(rgb, ["actor.expert.gating=intervention", "actor.expert.checkpoint="])
