@@ -36,6 +36,8 @@ def test_every_issue_config_exists() -> None:
         "libero_spatial_ppo_pi0_tiny",
         "libero_spatial_ppo_openpi_pi05",
         "libero_spatial_ppo_smolvla_tiny",
+        "libero_spatial_ppo_gr00t_tiny",
+        "libero_spatial_ppo_gr00t",
         "libero_spatial_ppo_openvla_tiny",
         "libero_spatial_ppo_openvla",
         "realworld_dummy_franka_sac_cnn",
@@ -79,6 +81,11 @@ def _load(app: EmbodiedApp, name: str, demo_file: Path) -> Any:
         from rlinf_models.smolvla.testing import make_tiny_smolvla
 
         paths = make_tiny_smolvla(demo_file.parent / "tiny_smolvla")
+        overrides += [f"actor.model.{k}={v}" for k, v in paths.items()]
+    if model.get("model_type") == "gr00t":
+        from rlinf_models.gr00t.testing import make_tiny_gr00t
+
+        paths = make_tiny_gr00t(demo_file.parent / "tiny_gr00t")
         overrides += [f"actor.model.{k}={v}" for k, v in paths.items()]
     if model.get("model_type") == "openvla":
         from rlinf_models.openvla.testing import make_tiny_openvla
