@@ -59,7 +59,7 @@ class OptimConfig:
 
 @attrs.frozen(kw_only=True)
 class ExpertConfig:
-    """The expert DAgger imitates (config ``actor.expert``; ``algorithm.loss_type: embodied_dagger``).
+    """The expert (HG-)DAgger imitates (config ``actor.expert``; ``algorithm.loss_type: embodied_dagger``).
 
     The expert is a policy trained earlier (by this project: any embodied config's checkpoint) on an
     observation entry the learner does not see, typically ManiSkill's ``privileged_state`` beside the camera
@@ -69,11 +69,13 @@ class ExpertConfig:
     model: PolicyConfig = attrs.field(factory=PolicyConfig)
     """The expert's architecture: the ``actor.model`` of the run that trained it."""
     checkpoint: str = ""
-    """The expert's weights: a checkpoint directory (``.../global_step_<N>``) or its ``actor/model.pt``."""
+    """The expert's weights: a checkpoint directory (``.../global_step_<N>``) or its ``actor/model.pt`` (empty for
+    ``gating: intervention``, whose expert is a person)."""
     obs_key: str | None = "privileged_state"
     """The observation entry the expert acts on (``null``: the whole observation, an array)."""
     beta: float = attrs.field(default=1.0, validator=[v.ge(0.0), v.le(1.0)])
-    """Probability that the expert's action is executed instead of the learner's in the first rollout."""
+    """``mixture`` gating: probability that the expert's action is executed instead of the learner's in the first
+    rollout."""
     beta_decay: float = attrs.field(default=0.5, validator=[v.ge(0.0), v.le(1.0)])
     """Per training step: rollout ``i`` executes the expert's action with probability ``beta * beta_decay**i``
     (DAgger's mixture ``π_i = β_i π* + (1 - β_i) π̂_i``)."""
@@ -130,7 +132,8 @@ class EmbodiedActorConfig:
     model: PolicyConfig = attrs.field(factory=PolicyConfig)
     optim: OptimConfig = attrs.field(factory=OptimConfig)
     expert: ExpertConfig | None = None
-    """DAgger (``algorithm.loss_type: embodied_dagger``): the expert the policy imitates."""
+    """DAgger and HG-DAgger (``algorithm.loss_type: embodied_dagger``): the expert the policy imitates and how it
+    takes control (``gating``)."""
     global_batch_size: int = attrs.field(default=256, validator=v.ge(1))
     """Samples per optimizer step, over all actor ranks."""
     micro_batch_size: int = attrs.field(default=256, validator=v.ge(1))
