@@ -40,6 +40,7 @@ def test_every_issue_config_exists() -> None:
         "libero_spatial_ppo_gr00t",
         "libero_spatial_ppo_openvla_tiny",
         "libero_spatial_ppo_openvla",
+        "libero_spatial_ppo_openvlaoft_tiny",
         "realworld_dummy_franka_sac_cnn",
     }
     assert expected <= set(CONFIGS)
@@ -94,6 +95,14 @@ def _load(app: EmbodiedApp, name: str, demo_file: Path) -> Any:
         if not tiny.exists():
             make_tiny_openvla(tiny)
         overrides.append(f"actor.model.model_path={tiny}")
+    if model.get("model_type") == "openvla_oft":
+        from rlinf_models.openvla.testing import make_tiny_openvla_oft
+
+        tiny = demo_file.parent / "tiny_openvla_oft"
+        if not tiny.exists():
+            make_tiny_openvla_oft(tiny)
+        # The tiny model's statistics are LIBERO's (the ManiSkill config names Bridge's).
+        overrides += [f"actor.model.model_path={tiny}", "actor.model.unnorm_key=libero_spatial_no_noops"]
     if (raw.get("actor") or {}).get("expert"):
         expert = (
             demo_file.parent / "global_step_1" / "actor" / "model.pt"
