@@ -146,7 +146,7 @@ def make_tiny_openvla_oft(
     config = attrs.evolve(TINY_OPENVLA, norm_stats=TINY_OFT_NORM_STATS)
     model = OpenVLAOFTModel(
         config,
-        action_dim=len(TINY_NORM_STATS["libero_spatial_no_noops"]["action"]["q01"]),
+        action_dim=OFT_PLATFORMS["libero"].action_dim,  # the 7 dims of TINY_NORM_STATS
         num_action_chunks=num_action_chunks,
         value_head_sizes=value_head_sizes,
         l1_head=l1_head,
