@@ -22,6 +22,7 @@ from rlinf_models.gr00t import (
     GR00TPolicy,
     apply_lora,
     load_gr00t,
+    load_gr00t_weights,
     load_metadata,
     normalize,
     save_gr00t,
@@ -457,58 +458,67 @@ def _config(paths: dict[str, Path]) -> PolicyConfig:
     )
 
 
-# --- against LeRobot's action head (tests/data/make_lerobot_gr00t_reference.py) ---
+# --- against LeRobot's GR00TN15 (tests/data/make_lerobot_gr00t_reference.py) ---
 
-HEAD_REFERENCE = Path(__file__).parent / "data" / "lerobot_gr00t_head_tiny"
+REFERENCE = Path(__file__).parent / "data" / "lerobot_gr00t_tiny"
+LEROBOT_TINY = attrs.evolve(TINY_GR00T, max_num_embodiments=4)  # the fixture's sizes
 
 
-def _lerobot_head() -> tuple[GR00TModel, dict[str, torch.Tensor], PrefixCache]:
-    model = GR00TModel(TINY_GR00T)
-    tensors = load_file(str(HEAD_REFERENCE / "head.safetensors"))
-    prefix = "action_head."
-    # The published names: LeRobot's head loads into ours with no missing and no unexpected key.
-    model.action_head.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items()}, strict=True)
+def _lerobot_model() -> tuple[GR00TModel, dict[str, torch.Tensor], PrefixCache]:
+    model = GR00TModel(LEROBOT_TINY)
+    # LeRobot's state dict loads into ours strictly: the same names and shapes, nothing missing but our value head.
+    report = load_gr00t_weights(model, REFERENCE)
+    assert report.initialised and all(k.startswith("value_head.") for k in report.initialised)
+    assert not report.tied_from
     model.eval()
-    ref = load_file(str(HEAD_REFERENCE / "reference.safetensors"))
-    mask = torch.ones(ref["vl"].shape[:2], dtype=torch.bool)
-    hidden = model.action_head.process_backbone(ref["vl"], mask)
-    return model, ref, PrefixCache(keys=(), values=(), pad_mask=mask, hidden=hidden)
+    ref = load_file(str(REFERENCE / "reference.safetensors"))
+    ids = ref["input_ids"]
+    with torch.no_grad():
+        prefix = model.encode_prefix(ref["pixel_values"], ids, torch.ones_like(ids, dtype=torch.bool))
+    return model, ref, prefix
 
 
-def test_velocity_and_loss_match_lerobots_action_head() -> None:
-    model, ref, prefix = _lerobot_head()
+def test_backbone_features_match_lerobots_eagle() -> None:
+    model, ref, _ = _lerobot_model()
+    ids = ref["input_ids"]
+    with torch.no_grad():
+        features = model.backbone(ref["pixel_values"], ids, torch.ones_like(ids, dtype=torch.bool))
+    torch.testing.assert_close(features, ref["backbone_features"], atol=1e-5, rtol=1e-5)
+
+
+def test_velocity_and_loss_match_lerobots_gr00t() -> None:
+    model, ref, prefix = _lerobot_model()
     ids = ref["embodiment_id"]  # one embodiment per sample: the category-specific weights differ
     tau = ref["tau"]
     x = (1 - tau[:, None, None]) * ref["noise"] + tau[:, None, None] * ref["actions"]  # GR00T's time
-    steps = model.steps(1 - tau)
     with torch.no_grad():
-        hidden = model.action_head.hidden(x, steps, prefix.hidden, prefix.pad_mask, ref["state"], ids)
+        hidden = model.action_head.hidden(
+            x, model.steps(1 - tau), prefix.hidden, prefix.pad_mask, ref["state"], ids
+        )
         velocity = model.action_head.decode(hidden, ids)
     torch.testing.assert_close(velocity, ref["velocity"], atol=1e-5, rtol=1e-5)
-    # Our per-element loss in openpi's time (t = 1 - τ, velocity noise - actions) has LeRobot's mean.
+    # Our per-element loss in openpi's time (t = 1 - τ, velocity noise - actions) is LeRobot's, whose mean it takes.
+    errors = []
     for i, embodiment in enumerate(ids.tolist()):
         model.embodiment_id = embodiment
         one = PrefixCache(
             keys=(), values=(), pad_mask=prefix.pad_mask[i : i + 1], hidden=prefix.hidden[i : i + 1]
         )
         with torch.no_grad():
-            err = model.flow_matching_loss(
-                one,
-                ref["state"][i : i + 1],
-                ref["actions"][i : i + 1],
-                ref["noise"][i : i + 1],
-                1 - tau[i : i + 1],
+            errors.append(
+                model.flow_matching_loss(
+                    one,
+                    ref["state"][i : i + 1],
+                    ref["actions"][i : i + 1],
+                    ref["noise"][i : i + 1],
+                    1 - tau[i : i + 1],
+                )
             )
-        expected = (ref["velocity"][i] - (ref["actions"][i] - ref["noise"][i])).square()
-        torch.testing.assert_close(err[0], expected, atol=1e-5, rtol=1e-5)
-    per_sample = torch.stack(
-        [(ref["velocity"][i] - (ref["actions"][i] - ref["noise"][i])).square().mean() for i in range(2)]
-    )
-    torch.testing.assert_close(per_sample.mean().reshape(1), ref["loss"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(errors).mean().reshape(1), ref["loss"], atol=1e-6, rtol=1e-5)
 
 
 def test_sampled_actions_match_lerobots_get_action() -> None:
-    model, ref, prefix = _lerobot_head()
+    model, ref, prefix = _lerobot_model()
     for i, embodiment in enumerate(ref["embodiment_id"].tolist()):
         model.embodiment_id = embodiment
         one = PrefixCache(
