@@ -35,7 +35,8 @@ from ._buffer import ReplayBuffer
 from ._hgdagger import action_discrepancy, count_takeovers, intervention_metrics
 
 if TYPE_CHECKING:
-    from ..openvla import OpenVLAPolicy
+    from ..gr00t import GR00TPolicy
+    from ..openvla import OpenVLAOFTPolicy, OpenVLAPolicy
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 from ._trainer import _augmented_keys, shift_images
@@ -77,7 +78,9 @@ def build_expert(
     | FlowPolicy
     | Pi0Policy
     | SmolVLAPolicy
+    | GR00TPolicy
     | OpenVLAPolicy
+    | OpenVLAOFTPolicy
     | SquashedGaussianPolicy
     | FlowSACPolicy
 ):
