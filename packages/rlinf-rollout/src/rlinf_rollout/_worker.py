@@ -259,7 +259,12 @@ class EmbodiedRolloutWorker(Worker):
         actions = out.actions
         if expert.shape[1] != actions.shape[1]:  # a one-step expert: its action for the whole chunk
             expert = expert[:, :1].expand(-1, actions.shape[1], -1)
-        d = action_discrepancy(self.policy.from_env(actions), self.policy.from_env(expert))
+        bias, scale = self.policy.action_bias.cpu(), self.policy.action_scale.cpu()  # actions are on the CPU
+
+        def normalised(a: torch.Tensor) -> torch.Tensor:
+            return ((a.float() - bias) / scale).clamp(-1.0, 1.0)
+
+        d = action_discrepancy(normalised(actions), normalised(expert))
         starts = [m.get("new_episode") for m in msgs]
         new_episode = None
         if all(x is not None for x in starts):
