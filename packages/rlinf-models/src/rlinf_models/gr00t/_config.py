@@ -157,7 +157,7 @@ EAGLE_VARIANTS: Mapping[str, EagleSize] = {
         num_heads=16,
         num_kv_heads=8,
         head_dim=128,
-        vocab_size=151_680,
+        vocab_size=151_936,
         rms_norm_eps=1e-6,
         rope_theta=1_000_000.0,
         use_pixel_shuffle=False,
@@ -165,9 +165,9 @@ EAGLE_VARIANTS: Mapping[str, EagleSize] = {
     ),
 }
 """The Eagle VLM the published GR00T N1.5 names in ``backbone_cfg.eagle_path`` (Qwen3-1.7B's text model, a
-SigLIP-so400m/14 tower at 224 pixels, 256 tokens per image, one linear projector). Its vocabulary size and
-image token id were not read from the published files here (they are not on GitHub): put the VLM's own
-``config.json`` in a directory ``eagle_path`` next to ``config.json`` to override them; a wrong size fails the
+SigLIP-so400m/14 tower at 224 pixels, 256 tokens per image, one linear projector). Its vocabulary size (Qwen3's
+151 936 here) and image token id were not read from the published Eagle files (not reachable here): put the VLM's
+own ``config.json`` in a directory ``eagle_path`` next to ``config.json`` to override them; a wrong size fails the
 strict load naming the tensor."""
 
 

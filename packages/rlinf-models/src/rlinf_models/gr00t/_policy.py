@@ -29,9 +29,10 @@ from ._model import GR00TModel
 
 __all__ = ["DIT_LORA_TARGETS", "EMBODIMENT_IDS", "GR00TPolicy", "apply_lora"]
 
-EMBODIMENT_IDS = {"new_embodiment": 31, "gr1": 24, "oxe_droid": 17, "agibot_genie1": 26}
+EMBODIMENT_IDS = {"new_embodiment": 31, "gr1": 24, "oxe_droid": 17, "agibot_genie1": 26, "libero_franka": 31}
 """GR00T N1.5's embodiment tags → the index of their category-specific weights (Isaac-GR00T's
-``EMBODIMENT_TAG_MAPPING``; fine-tunes of a new robot use ``new_embodiment``)."""
+``EMBODIMENT_TAG_MAPPING``: fine-tunes of a new robot use ``new_embodiment``'s slot; RLinf's LIBERO fine-tunes
+name that slot ``libero_franka``)."""
 
 DIT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2")
 """The linear layers of the action head's transformers (the DiT and the VL self-attention) that get adapters."""
