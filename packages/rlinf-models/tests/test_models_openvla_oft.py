@@ -140,7 +140,9 @@ def test_loading_is_strict_and_round_trips(ckpt: Path, tmp_path: Path) -> None:
     for key, value in again.state_dict().items():
         assert torch.equal(value, state[key]), key
     # A head of the wrong width (another robot's action dims) is a shape mismatch.
-    with pytest.raises(CheckpointMismatchError, match=r"5 shape mismatches \[action_head.model.layer_norm1.weight"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"5 shape mismatches \[action_head.model.layer_norm1.weight"
+    ):
         load_openvla_oft(ckpt, action_dim=6, num_action_chunks=C)
 
 
@@ -427,3 +429,47 @@ def test_chunks_are_allowed_for_openvla_oft_only() -> None:
     assert PolicyConfig(model_type="openvla_oft", model_path="ckpt", num_action_chunks=8).is_vla
     with pytest.raises(ValueError, match="num_action_chunks must be 1 for model_type 'openvla'"):
         PolicyConfig(model_type="openvla", model_path="ckpt", num_action_chunks=8)
+
+
+def test_l1_imitation_loss_falls_with_training(ckpt: Path) -> None:
+    """SFT (``apps/embodied/sft.py``) with OFT's head: its L1 loss on demonstrated chunks falls."""
+    torch.manual_seed(0)
+    policy = build_policy(SPEC, _config(ckpt, gripper_action="binary_inverted"))
+    obs = _obs(2)
+    actions = torch.rand(2, C, D) * 0.4 - 0.2
+    actions[..., -1] = torch.where(torch.rand(2, C) > 0.5, 1.0, -1.0)  # robosuite's gripper
+    mask = torch.ones(2, C)
+    start = float(policy.imitation_loss(obs, actions, mask).detach())
+    optim = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=3e-3)
+    for _ in range(15):
+        optim.zero_grad()
+        policy.imitation_loss(obs, actions, mask).backward()
+        optim.step()
+    assert float(policy.imitation_loss(obs, actions, mask).detach()) < 0.5 * start
+
+
+def test_published_size_heads_have_ofts_libero_shapes() -> None:
+    """OpenVLA-7B with OFT's LIBERO heads, built on the meta device: the shapes OFT's constructors give."""
+    from rlinf_models.openvla import OFT_PLATFORMS, OpenVLAConfig
+
+    libero = OFT_PLATFORMS["libero"]
+    with torch.device("meta"):
+        model = OpenVLAOFTModel(
+            OpenVLAConfig(),
+            action_dim=libero.action_dim,
+            num_action_chunks=libero.num_actions_chunk,
+            l1_head=True,
+            proprio_dim=libero.proprio_dim,
+            num_images=2,
+        )
+    assert model.num_action_tokens == 56
+    assert model.action_head is not None and model.proprio_projector is not None
+    shapes = {k: tuple(v.shape) for k, v in model.action_head.state_dict().items()}
+    # L1RegressionActionHead(input_dim=4096, hidden_dim=4096, action_dim=7): MLPResNet(2, 4096 * 7, 4096, 7).
+    assert shapes["model.fc1.weight"] == (4096, 28672) and shapes["model.layer_norm1.weight"] == (28672,)
+    assert shapes["model.mlp_resnet_blocks.1.ffn.1.weight"] == (4096, 4096)
+    assert shapes["model.fc2.weight"] == (7, 4096)
+    # 2 residual blocks: 2·28672 + (28672·4096 + 4096) + 2·(2·4096 + 4096² + 4096) + 2·4096 + (4096·7 + 7)
+    assert sum(t.numel() for t in model.action_head.state_dict().values()) == 151_117_831
+    assert model.proprio_projector.fc1.weight.shape == (4096, 8)
+    assert model.proprio_projector.fc2.weight.shape == (4096, 4096)
