@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 from rlinf_core.protocols import EnvSpec
@@ -11,6 +12,7 @@ from rlinf_models import ExpertConfig
 from rlinf_models.policies import (
     PolicyConfig,
     build_inference_policy,
+    build_offpolicy_policy,
     build_policy,
     checkpoint_weights_file,
     load_policy_weights,
@@ -50,6 +52,20 @@ def test_a_file_without_value_head_loads_the_actor_and_keeps_the_fresh_critic(tm
     assert {k.split(".")[0] for k in loaded.kept} == {"critic_body", "value_head"}
     assert loaded.ignored == ()
     assert "kept their fresh initialisation (not in the file): critic_body, value_head" in loaded.summary()
+
+
+def test_a_flow_policy_checkpoint_initialises_the_sac_flow_actor(tmp_path: Path) -> None:
+    """A flow policy's weights (SFT / PPO run) load into SAC-Flow's actor, which holds that policy as ``flow``."""
+    flow = PolicyConfig(model_type="flow", hidden_sizes=(8,), flow_velocity="gated")
+    path, state = _save(tmp_path, flow, seed=1)
+    sac = build_offpolicy_policy(SPEC, attrs.evolve(flow, add_q_head=True, add_value_head=False))
+    loaded = load_policy_weights(sac, path, field="actor.model.model_path", strict=False)
+    now = sac.state_dict()
+    actor_keys = [k for k in state if not k.startswith(("critic_body", "value_head"))]
+    assert actor_keys and set(loaded.loaded) == {f"flow.{k}" for k in actor_keys}
+    for key in actor_keys:
+        torch.testing.assert_close(now[f"flow.{key}"], state[key])
+    assert "ignored (not in this policy): flow" in loaded.summary()  # the PPO value head and its body
 
 
 def test_extra_entries_are_ignored(tmp_path: Path) -> None:

@@ -76,6 +76,24 @@ def _lora_layout(
     return out
 
 
+def _submodule_layout(
+    state: dict[str, torch.Tensor], own: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``state`` under the policy's key layout when the policy holds the file's model as a submodule.
+
+    SAC-Flow's actor (:class:`~rlinf_models.policies.FlowSACPolicy`) wraps the flow policy as ``flow``: a flow
+    policy's checkpoint (SFT, or a PPO run) keyed ``velocity_body.0.weight`` loads as ``flow.velocity_body...``.
+    Applies only when no key of the file matches as it is; the first submodule name under which some do is used.
+    """
+    if any(k in own for k in state):
+        return state
+    for prefix in dict.fromkeys(k.split(".", 1)[0] for k in own if "." in k):
+        moved = {f"{prefix}.{k}": v for k, v in state.items()}
+        if any(k in own for k in moved):
+            return moved
+    return state
+
+
 def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bool) -> LoadedWeights:
     """Load a ``model.pt`` (a full state dict, as the actor workers save it) into an unsharded ``policy``.
 
@@ -95,7 +113,7 @@ def load_policy_weights(policy: nn.Module, path: Path, *, field: str, strict: bo
         raise FileNotFoundError(f"{field}: no policy weights at {path}")
     state: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)
     own = policy.state_dict()
-    state = _lora_layout(state, own, path, field)
+    state = _submodule_layout(_lora_layout(state, own, path, field), own)
     mismatched = [
         f"{k} {tuple(state[k].shape)} in the file, {tuple(v.shape)} here"
         for k, v in own.items()
