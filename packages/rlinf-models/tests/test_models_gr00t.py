@@ -218,6 +218,17 @@ def test_published_config_builds_the_published_shapes_on_the_meta_device() -> No
     assert not any(k.startswith(f"{head}.model.transformer_blocks.0.norm1.norm") for k in shapes)
 
 
+def test_published_size_has_the_names_and_shapes_of_lerobots_gr00tn15() -> None:
+    # LeRobot 0.4.4's GR00TN15 at the published size (make_lerobot_gr00t_reference.py), built from the same
+    # config.json and Eagle sizes: all 899 tensors (585 in the backbone) have our names and shapes.
+    lerobot = json.loads((Path(__file__).parent / "data" / "lerobot_gr00t_n15_shapes.json").read_text())
+    with torch.device("meta"):
+        model = GR00TModel(GR00TConfig.from_gr00t_dict(GR00T_N15_3B))
+    ours = {k: list(v.shape) for k, v in model.state_dict().items() if not k.startswith("value_head.")}
+    assert ours == lerobot
+    assert len(ours) == 899 and sum(k.startswith("backbone.") for k in ours) == 585
+
+
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [

@@ -22,6 +22,10 @@ model runs in eval mode. The directory gets:
 - ``reference.safetensors``: fixed Eagle inputs (pixels, prompt ids with the image placeholders), state,
   actions, embodiment ids, the training noise and time, and LeRobot's outputs: the backbone features, the
   predicted velocity on the training input, the loss, the initial sampling noise and ``get_action``'s actions.
+
+``lerobot_gr00t_n15_shapes.json`` is the name and shape of every tensor of LeRobot's ``GR00TN15`` built at the
+published size (on the meta device, from ``nvidia/GR00T-N1.5-3B``'s ``backbone_cfg`` / ``action_head_cfg`` and
+the Eagle sizes of :data:`PUBLISHED_EAGLE`, the ones ``rlinf_models.gr00t`` has built in).
 """
 
 import json
@@ -124,6 +128,103 @@ def _siglip_with_sdpa(config):
 _SIGLIP = eagle.SiglipVisionModel
 
 
+PUBLISHED_EAGLE = {  # Qwen3-1.7B and SigLIP-so400m/14 at 224, one linear projector (rlinf_models.gr00t's built-in)
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 224,
+        "layer_norm_eps": 1e-6,
+        "hidden_act": "gelu_pytorch_tanh",
+    },
+    "text_config": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151_936,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 40_960,
+        "tie_word_embeddings": True,
+    },
+    "force_image_size": 224,
+    "select_layer": -1,
+    "use_pixel_shuffle": False,
+    "mlp_connector_layers": 1,
+    "image_token_index": 151_669,
+    "_attn_implementation": "sdpa",
+}
+PUBLISHED_HEAD = {  # nvidia/GR00T-N1.5-3B's config.json action_head_cfg (max_num_embodiments: its default)
+    "action_dim": 32,
+    "action_horizon": 16,
+    "add_pos_embed": True,
+    "backbone_embedding_dim": 2048,
+    "diffusion_model_cfg": {
+        "attention_head_dim": 48,
+        "cross_attention_dim": 2048,
+        "dropout": 0.2,
+        "final_dropout": True,
+        "interleave_self_attention": True,
+        "norm_type": "ada_norm",
+        "num_attention_heads": 32,
+        "num_layers": 16,
+        "output_dim": 1024,
+        "positional_embeddings": None,
+    },
+    "hidden_size": 1024,
+    "input_embedding_dim": 1536,
+    "max_action_dim": 32,
+    "max_state_dim": 64,
+    "max_num_embodiments": 32,
+    "noise_beta_alpha": 1.5,
+    "noise_beta_beta": 1.0,
+    "noise_s": 0.999,
+    "num_inference_timesteps": 4,
+    "num_target_vision_tokens": 32,
+    "num_timestep_buckets": 1000,
+    "tune_diffusion_model": True,
+    "tune_projector": True,
+    "use_vlln": True,
+    "vl_self_attention_cfg": {
+        "attention_head_dim": 64,
+        "dropout": 0.2,
+        "final_dropout": True,
+        "num_attention_heads": 32,
+        "num_layers": 4,
+        "positional_embeddings": None,
+    },
+}
+
+
+def _published_shapes(root: Path) -> None:
+    """Every tensor's name and shape of LeRobot's GR00TN15 at the published size, built on the meta device."""
+    groot_n1.AutoConfig.from_pretrained = staticmethod(
+        lambda *_a, **_k: Eagle25VLConfig(**json.loads(json.dumps(PUBLISHED_EAGLE)))
+    )
+    beta = fm.Beta
+    fm.Beta = lambda *_a, **_k: None  # its argument checks cannot run on meta tensors (used only to train)
+    try:
+        config = groot_n1.GR00TN15Config(
+            backbone_cfg={**BACKBONE, "select_layer": 12},
+            action_head_cfg=json.loads(json.dumps(PUBLISHED_HEAD)),
+            action_horizon=16,
+            action_dim=32,
+        )
+        with torch.device("meta"):
+            model = groot_n1.GR00TN15(config, local_model_path="")
+    finally:
+        fm.Beta = beta
+    shapes = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    (root / "lerobot_gr00t_n15_shapes.json").write_text(json.dumps(shapes, indent=0) + "\n")
+
+
 def _prompt(task_ids: list[int]) -> list[int]:
     """Token ids as the GR00T policy lays a prompt out: per camera a run of image placeholders, then text."""
     ids: list[int] = []
@@ -219,6 +320,7 @@ def main(root: Path) -> None:
     (out / "lerobot_config.json").write_text(
         json.dumps({"eagle": EAGLE, "backbone_cfg": BACKBONE, "action_head_cfg": HEAD}, indent=2) + "\n"
     )
+    _published_shapes(root)
 
 
 if __name__ == "__main__":
