@@ -124,7 +124,8 @@ class GR00TPolicy(VLAFlowPolicy[GR00TModel]):
         ids = self._task_ids(obs, n)
         tokens, mask = self.task_tokens[ids], self.task_token_mask[ids]
         # Drop the columns no prompt of this batch uses (right padding only).
-        tokens, mask = tokens[:, : int(mask.sum(dim=1).max())], mask[:, : int(mask.sum(dim=1).max())]
+        length = int(mask.sum(dim=1).max())
+        tokens, mask = tokens[:, :length], mask[:, :length]
         state = obs[self.config.state_key].to(self.device, torch.float32)
         state = pad_last(normalize(state, self.state_stats), mc.max_state_dim)
         return VLACondition(self.model.encode_prefix(pixel_values, tokens, mask), state)
