@@ -36,7 +36,9 @@ from rlinf_models.policies import (
     PolicyConfig,
     build_inference_policy,
     build_policy,
+    load_rollout_weights,
     rollout_state_dict,
+    trainable_names,
 )
 from safetensors.torch import load_file, save_file
 
@@ -428,6 +430,32 @@ def test_lora_trains_only_adapters_and_heads_and_reaches_the_rollout_merged(smal
         atol=1e-4,
         rtol=1e-4,
     )
+
+
+def test_lora_adapters_sync_gives_the_rollout_the_actors_log_probs(small: dict[str, Path]) -> None:
+    actor = _policy(small, is_lora=True, lora_rank=4, lora_alpha=8.0, lora_sync="adapters")
+    optim = torch.optim.Adam([p for p in actor.parameters() if p.requires_grad], lr=1e-2)
+    obs = _obs()
+    sample = actor.act(obs, generator=torch.Generator().manual_seed(0))
+    for _ in range(2):
+        logprobs, _, values = actor(obs, sample.actions, sample.forward_inputs)
+        loss = -logprobs.sum() + (values - 1).square().mean()
+        optim.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optim.step()
+    actor.eval()
+    sent = rollout_state_dict(actor.config, actor.state_dict(), trainable=trainable_names(actor))
+    assert set(sent) == {n for n, p in actor.named_parameters() if p.requires_grad}
+    assert not any(".base_layer." in k for k in sent) and any("action_head.model." in k for k in sent)
+    torch.manual_seed(123)  # the rollout's own fresh adapters and heads, replaced by what it receives
+    rollout = build_inference_policy(SPEC, actor.config)
+    load_rollout_weights(rollout, actor.config, sent)
+    rollout.eval()
+    obs = _obs(seed=1)
+    want = actor.act(obs, generator=torch.Generator().manual_seed(2))
+    got = rollout.act(obs, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(got.actions, want.actions, atol=0, rtol=0)
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=0, rtol=0)
 
 
 def test_lora_on_the_published_size_adapts_the_text_model_and_the_dit() -> None:
