@@ -195,18 +195,28 @@ def load_rollout_weights(policy: nn.Module, config: PolicyConfig, state: Mapping
 
     Raises:
         ValueError: naming ``actor.model.lora_sync`` when the received entries are not the policy's trainable
-            ones (the actor's and the rollout's policies were built from different configs).
-        RuntimeError: from ``load_state_dict`` when a full state dict does not fit.
+            ones, or not of their shapes (the actor's and the rollout's policies were built from different configs).
+        RuntimeError: from ``load_state_dict`` when a full state dict (``merged``) does not fit.
     """
     if not (config.is_lora and config.lora_sync == "adapters"):
         policy.load_state_dict(state)
         return
-    expected = trainable_names(policy)
-    missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
+    params = {name: param for name, param in policy.named_parameters() if param.requires_grad}
+    missing, unexpected = sorted(params.keys() - state.keys()), sorted(state.keys() - params.keys())
     if missing or unexpected:
         raise ValueError(
             "actor.model.lora_sync 'adapters': the received tensors are not this policy's trainable ones "
             f"(missing {missing[:6]}, unexpected {unexpected[:6]}); actor and rollout must use the same "
             "actor.model (lora_rank, lora_target_modules, heads)"
         )
-    policy.load_state_dict(dict(state), strict=False)
+    # What load_state_dict does for these entries (a copy into each parameter, shapes checked), without its walk
+    # over every module of the backbone: that walk, not the copies, is most of a small sync's cost.
+    with torch.no_grad():
+        for name, value in state.items():
+            param = params[name]
+            if param.shape != value.shape:
+                raise ValueError(
+                    f"actor.model.lora_sync 'adapters': {name} is {tuple(value.shape)} from the actor, "
+                    f"{tuple(param.shape)} here; actor and rollout must use the same actor.model (lora_rank)"
+                )
+            param.copy_(value)
