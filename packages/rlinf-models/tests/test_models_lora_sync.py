@@ -8,6 +8,10 @@ effective weights and acts, and scores the actor's samples, exactly as the actor
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -165,6 +169,48 @@ def test_adapters_sync_gives_the_rollout_the_merged_weights_and_the_actors_log_p
     fresh = build_inference_policy(SPEC, config).eval()
     with torch.no_grad():
         assert not torch.allclose(fresh.evaluate(obs, sample.actions, sample.forward_inputs)[0], want[0])
+
+
+# Run in a fresh interpreter: it joins a (one-rank, gloo) process group, which must not outlive the test.
+_SHARDED = """
+import sys, torch
+from rlinf_models._fsdp import full_model_state_dict, init_distributed, shard_module
+from rlinf_models.policies import build_policy, rollout_state_dict, trainable_names
+sys.path.insert(0, sys.argv[1])
+from test_models_lora_sync import SPEC, _config
+config = _config("pi0", __import__("pathlib").Path(sys.argv[2]))
+torch.manual_seed(0)
+policy = build_policy(SPEC, config)
+keys = trainable_names(policy)
+plain = rollout_state_dict(config, full_model_state_dict(policy), trainable=keys)
+policy = shard_module(policy, init_distributed(torch.device("cpu")))
+assert isinstance(next(iter(policy.parameters())), torch.distributed.tensor.DTensor)
+assert trainable_names(policy) == keys, sorted(keys ^ trainable_names(policy))[:4]
+sharded = full_model_state_dict(policy, keys=keys)
+assert sharded.keys() == keys and all(torch.equal(sharded[k], plain[k]) for k in keys)
+assert rollout_state_dict(config, sharded, trainable=keys).keys() == plain.keys()
+print("ok", len(keys))
+"""
+
+
+def test_adapters_sync_gathers_the_trainable_entries_of_an_fsdp2_actor(root: Path) -> None:
+    """The actor worker's path under FSDP2: the trainable names survive ``fully_shard`` and
+    ``full_model_state_dict(keys=...)`` gathers exactly those entries, equal to the unsharded policy's."""
+    _checkpoint("pi0", root)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARDED, str(Path(__file__).parent), str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok "), out.stdout
 
 
 def test_adapters_sync_refuses_tensors_that_do_not_fit_the_rollout(root: Path) -> None:
