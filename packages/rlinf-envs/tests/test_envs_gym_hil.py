@@ -20,6 +20,7 @@ os.environ.setdefault("PYNPUT_BACKEND", "dummy")  # the keyboard listener withou
 pytest.importorskip("gym_hil", reason='needs gym-hil: pip install "rlinf-envs[hil]"')
 
 import gymnasium as gym
+import torch._dynamo  # noqa: F401  (Triton's LLVM before Mesa's: loaded after MuJoCo's EGL context it segfaults)
 from rlinf_envs._worker import _executed
 from rlinf_envs.gymnasium import GymnasiumVecEnv
 
@@ -76,3 +77,57 @@ def test_a_keyboard_takeover_is_reported_with_the_humans_action(hil_env: Gymnasi
     assert flags is not None and flags.tolist() == res.interventions.tolist()
     np.testing.assert_array_equal(actions[1], res.intervention_actions[1])
     np.testing.assert_array_equal(actions[0], policy[0])
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_humans_chunks_become_the_learners_labels(hil_env: GymnasiumVecEnv) -> None:
+    """gym-hil's takeovers, recorded as the env worker does, aggregated by the HG-DAgger trainer."""
+    import torch
+    from rlinf_core.config import AlgorithmConfig, ReplayBufferConfig
+    from rlinf_models import EmbodiedActorConfig, ExpertConfig
+    from rlinf_models.offpolicy import DAggerTrainer
+    from rlinf_models.policies import PolicyConfig, SquashedGaussianPolicy
+
+    model = PolicyConfig(hidden_sizes=(16,), add_value_head=False, add_q_head=True, num_action_chunks=2)
+    actor = EmbodiedActorConfig(
+        model=model,
+        expert=ExpertConfig(gating="intervention", obs_key=None),
+        global_batch_size=4,
+        micro_batch_size=4,
+    )
+    alg = AlgorithmConfig(
+        loss_type="embodied_dagger",
+        adv_type="embodied_dagger",
+        update_epoch=2,
+        replay_buffer=ReplayBufferConfig(cache_size=16, min_buffer_size=1),
+    )
+    trainer = DAggerTrainer(SquashedGaussianPolicy(hil_env.spec, model), hil_env.spec, actor, alg)
+    obs = hil_env.reset(seed=0)
+    policy = np.full((2, 2, 4), 0.5, dtype=np.float32)
+    rec: dict[str, list[np.ndarray]] = {"obs": [], "actions": [], "interventions": [], "dones": []}
+    rec["dones"].append(np.zeros((2, 2), dtype=bool))
+    for t in range(3):
+        _controller(hil_env, 0).key_states["intervention"] = t == 1  # env 0's person takes over for chunk 1
+        res = hil_env.chunk_step(policy)
+        actions, flags = _executed(policy, None, res)
+        assert flags is not None
+        for key, value in (
+            ("obs", obs),
+            ("actions", actions),
+            ("interventions", flags),
+            ("dones", res.dones),
+        ):
+            rec[key].append(value)
+        obs = res.obs
+    traj = {k: torch.from_numpy(np.stack(v)) for k, v in rec.items()}
+    assert trainer.add_trajectory(traj) == 6
+    assert len(trainer.buffer) == 1  # one chunk of one env was the human's
+    stored = trainer.buffer.contents()
+    torch.testing.assert_close(stored["obs"][0], traj["obs"][1, 0])
+    # The human's "stay, gripper unchanged" [0, 0, 0, 1] normalised over the bounds [-1, -1, -1, 0]..[1, 1, 1, 2].
+    torch.testing.assert_close(stored["expert_actions"][0], torch.zeros(2, 4))
+    metrics = trainer.update(2)
+    assert (
+        metrics["hgdagger/intervention_rate"] == pytest.approx(2 / 12) and metrics["hgdagger/takeovers"] == 1
+    )
+    assert metrics["dagger/num_updates"] == 2 and metrics["hgdagger/discrepancy"] > 0
