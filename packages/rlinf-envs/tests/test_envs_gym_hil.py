@@ -41,6 +41,13 @@ def _flat_keyboard_pick_cube(**kwargs: Any) -> gym.Env[Any, Any]:
 
 @pytest.fixture
 def hil_env() -> Iterator[GymnasiumVecEnv]:
+    import mujoco
+
+    backend = mujoco.gl_context.GLContext.__module__
+    if backend.startswith("mujoco.glfw"):  # imported before this module set MUJOCO_GL: no offscreen renderer
+        pytest.skip(
+            f"MuJoCo's GL backend is {backend} (MUJOCO_GL was not egl or osmesa when mujoco was first imported)"
+        )
     if ENV_ID not in gym.registry:
         gym.register(ENV_ID, entry_point=_flat_keyboard_pick_cube, max_episode_steps=100)
     env = GymnasiumVecEnv(ENV_ID, 2)
