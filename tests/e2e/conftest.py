@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,15 +177,28 @@ def assert_profiled(
 
 
 def run_tiny_vla_ppo(
-    app: Any, cluster: Any, tmp_path: Path, config: str, paths: dict[str, Path], *overrides: str
+    app: Any,
+    cluster: Any,
+    tmp_path: Path,
+    config: str,
+    paths: dict[str, Path],
+    *overrides: str,
+    head: str = "model.action_out_proj.weight",
+    trained_head: str | None = None,
+    read_initial: Callable[[Path], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run PPO ``config`` (a tiny-VLA LIBERO run of 2 steps) on a tiny checkpoint's ``paths``, and check the run.
 
     Each update has one mini-batch, so the actor's log-probs of the rollout's chains must be the rollout's;
     both steps train, the evaluation rounds run and the last checkpoint is complete, with a trained action head.
 
+    Args:
+        head: an action-head tensor of the initial checkpoint (LeRobot's layout: the actor state's key too).
+        trained_head: its key in the actor state, when it differs from ``head``.
+        read_initial: the checkpoint directory's weights (default: its single ``model.safetensors``).
+
     Returns:
-        The checkpoint's actor state and the initial ``model.safetensors``, for the caller's further checks.
+        The checkpoint's actor state and the initial weights, for the caller's further checks.
     """
     import torch
     from rlinf_core.checkpoint import is_complete
@@ -215,7 +228,8 @@ def run_tiny_vla_ppo(
     assert [r["step"] for r in records if "eval/num_episodes" in r] == [0, 2]
     assert result.last_checkpoint is not None and is_complete(result.last_checkpoint)
     trained = torch.load(result.last_checkpoint / "actor" / "model.pt", map_location="cpu", weights_only=True)
-    initial = load_file(str(paths["model_path"] / "model.safetensors"))
-    name = "model.action_out_proj.weight"
-    assert trained[name].shape == initial[name].shape and not torch.equal(trained[name], initial[name])
+    model_dir = paths["model_path"]
+    initial = read_initial(model_dir) if read_initial else load_file(str(model_dir / "model.safetensors"))
+    now, before = trained[trained_head or head], initial[head]
+    assert now.shape == before.shape and not torch.equal(now, before), head
     return trained, initial
