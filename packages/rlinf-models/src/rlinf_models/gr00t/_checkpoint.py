@@ -30,6 +30,7 @@ from ..vla._checkpoint import (
     WEIGHTS_FILE,
     LoadReport,
     load_strictly,
+    plain_state_dict,
     stored_value_head_sizes,
 )
 from ._config import GR00TConfig
@@ -123,7 +124,7 @@ def save_gr00t(
     """Write a checkpoint directory in the published layout plus ``value_head.safetensors``.
 
     Args:
-        model: The network.
+        model: The network (LoRA adapters merged: :func:`~rlinf_models.vla.plain_state_dict`).
         path: The directory (created if needed).
         metadata: ``experiment_cfg/metadata.json``'s content, or a file to copy there (``None``: none written).
         max_shard_bytes: Split the weights into ``model-0000i-of-0000n.safetensors`` shards of at most this many
@@ -134,7 +135,7 @@ def save_gr00t(
     seen: set[int] = set()
     tensors: dict[str, Tensor] = {}
     value_head: dict[str, Tensor] = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in plain_state_dict(model).items():
         data = tensor.detach().contiguous()
         if name.startswith(_VALUE_HEAD):
             value_head[name[len(_VALUE_HEAD) :]] = data

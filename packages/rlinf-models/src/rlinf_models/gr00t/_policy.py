@@ -23,7 +23,7 @@ from torch import Tensor
 from ..pi0._inputs import load_tokenizer, pad_last
 from ..policies import PolicyConfig
 from ..vla._policy import VLACondition, VLAFlowPolicy, inject_lora
-from ._checkpoint import METADATA_FILE, load_gr00t
+from ._checkpoint import METADATA_FILE, load_gr00t, save_gr00t
 from ._inputs import load_metadata, normalize, preprocess_image, tokenize_prompts, unnormalize
 from ._model import GR00TModel
 
@@ -92,6 +92,7 @@ class GR00TPolicy(VLAFlowPolicy[GR00TModel]):
             apply_lora(model, config)
         mc = model.config
         super().__init__(spec, config, model, expert_width=mc.dit_output_dim)
+        self.stats_file = stats_file
         self._check_stats(spec, config, state_stats.dim, action_stats.dim, stats_file)
         self.state_stats, self.action_stats = state_stats, action_stats
         tokens, mask = tokenize_prompts(
@@ -139,3 +140,10 @@ class GR00TPolicy(VLAFlowPolicy[GR00TModel]):
 
     def _unnormalize_actions(self, actions: Tensor) -> Tensor:
         return unnormalize(actions, self.action_stats)
+
+    def _save_network(self, directory: Path) -> None:
+        # The statistics go where the published layout keeps them, so norm_stats_path may be null on the export.
+        save_gr00t(self.model, directory, metadata=self.stats_file)
+
+    def _save_statistics(self, directory: Path) -> None:
+        """Written by :meth:`_save_network` as ``experiment_cfg/metadata.json``."""

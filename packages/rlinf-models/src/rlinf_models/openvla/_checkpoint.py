@@ -19,7 +19,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ..vla._checkpoint import VALUE_HEAD_FILE, load_strictly, stored_value_head_sizes
+from ..vla._checkpoint import VALUE_HEAD_FILE, load_strictly, plain_state_dict, stored_value_head_sizes
 
 try:
     from safetensors.torch import load_file, save_file
@@ -135,13 +135,16 @@ def build_empty(factory: Callable[[], _M], value_head_sizes: tuple[int, ...] | N
 
 
 def save_openvla(model: OpenVLAModel, directory: str | Path, *, max_shard_bytes: int = 5 * 2**30) -> None:
-    """Write ``config.json``, sharded safetensors with their index, and ``value_head.safetensors`` (if any)."""
+    """Write ``config.json``, sharded safetensors with their index, and ``value_head.safetensors`` (if any).
+
+    LoRA adapters are merged into the weights they wrap (:func:`~rlinf_models.vla.plain_state_dict`).
+    """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, Tensor]] = [{}]
     size = 0
     value_head: dict[str, Tensor] = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in plain_state_dict(model).items():
         if name.split(".", 1)[0] in model.side_modules:
             continue  # written by their own model's saver (OpenVLA-OFT's head files)
         data = tensor.detach().contiguous().clone()

@@ -33,7 +33,7 @@ from ..policies import PolicyConfig, PolicyOutput
 from ._actions import normalize_actions
 from ._config import OpenVLAConfig, action_stats
 from ._model import OpenVLAModel
-from ._oft import OpenVLAOFTModel, load_openvla_oft
+from ._oft import OpenVLAOFTModel, load_openvla_oft, save_openvla_oft
 from ._policy import OpenVLAPolicy
 
 __all__ = ["OPENVLA_OFT_FORWARD_INPUT_KEYS", "OpenVLAOFTPolicy"]
@@ -87,6 +87,10 @@ class OpenVLAOFTPolicy(OpenVLAPolicy):
             num_images=len(config.image_keys) if config.image_keys is not None else 1,
         )
         return model
+
+    def _save_network(self, directory: Path) -> None:
+        """OpenVLA's layout (adapters merged) plus OFT's ``action_head--*`` / ``proprio_projector--*`` files."""
+        save_openvla_oft(self.model, directory)
 
     def _check_proprio(self, spec: EnvSpec, config: PolicyConfig) -> Mapping[str, Any]:
         """The ``proprio`` statistics, after checking the env's ``state_key`` vector fits the projector."""

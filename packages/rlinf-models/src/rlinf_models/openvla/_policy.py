@@ -32,7 +32,7 @@ from ..policies import PolicyConfig, PolicyOutput
 from ..vla._checkpoint import stored_value_head_sizes
 from ..vla._policy import TASK_INDEX_KEY
 from ._actions import normalize_actions, unnormalize_actions
-from ._checkpoint import load_openvla
+from ._checkpoint import load_openvla, save_openvla
 from ._config import action_stats
 from ._inputs import format_prompt, pad_prompts, preprocess_images
 from ._lora import apply_lora
@@ -156,6 +156,7 @@ class OpenVLAPolicy(nn.Module):
         self.model = model
         self.action_dim = spec.action_dim
         tokenizer = load_tokenizer(Path(config.tokenizer_path or config.model_path))
+        self.tokenizer = tokenizer
         tokens, mask = _tokenize(tokenizer, self.task_descriptions, model.config.pad_token_id)
         self.register_buffer("task_tokens", tokens, persistent=False)
         self.register_buffer("task_token_mask", mask, persistent=False)
@@ -164,6 +165,27 @@ class OpenVLAPolicy(nn.Module):
         """The checkpoint ``config.model_path`` with a value head of ``value_head_sizes`` (``None``: none)."""
         assert config.model_path is not None
         return load_openvla(config.model_path, value_head_sizes=value_head_sizes)[0]
+
+    def _save_network(self, directory: Path) -> None:
+        """Write the network in the published layout into ``directory`` (adapters merged)."""
+        save_openvla(self.model, directory)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Export the policy as a self-contained checkpoint directory of the published layout.
+
+        ``directory`` gets ``config.json`` (the ``norm_stats`` included), the sharded weights with LoRA adapters
+        merged, the value head in ``value_head.safetensors`` when the policy has one, and the tokenizer beside
+        them (as the published checkpoints keep it, so ``tokenizer_path: null`` reads it): a valid
+        ``actor.model.model_path``.
+
+        Returns:
+            ``directory``.
+        """
+        root = Path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        self._save_network(root)
+        self.tokenizer.save_pretrained(str(root))
+        return root
 
     @property
     def device(self) -> torch.device:

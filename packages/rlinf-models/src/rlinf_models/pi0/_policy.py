@@ -20,7 +20,7 @@ from torch import Tensor
 from ..policies import PolicyConfig
 from ..policies._flow import FORWARD_INPUT_KEYS
 from ..vla._policy import VLACondition, VLAFlowPolicy, inject_lora
-from ._checkpoint import load_pi0
+from ._checkpoint import load_pi0, save_pi0
 from ._inputs import (
     NormStats,
     load_lerobot_norm_stats,
@@ -146,3 +146,12 @@ class Pi0Policy(VLAFlowPolicy[Pi0Model]):
 
     def _unnormalize_actions(self, actions: Tensor) -> Tensor:
         return self.action_stats.unnormalize(actions, self.norm_mode)
+
+    def _save_network(self, directory: Path) -> None:
+        save_pi0(
+            self.model,
+            directory,
+            state_dim=self._state_dim(),
+            action_dim=self.action_dim,
+            camera_names=self._camera_names(),
+        )

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 from rlinf_core import lazy_exports
 
-from ._config import VLA_MODEL_TYPES, PolicyConfig, checkpoint_weights_file
+from ._config import (
+    PRETRAINED_SUBDIR,
+    VLA_MODEL_TYPES,
+    PolicyConfig,
+    checkpoint_weights_file,
+    vla_checkpoint_directory,
+)
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput
@@ -47,6 +53,7 @@ __getattr__ = lazy_exports(
 )
 
 __all__ = [
+    "PRETRAINED_SUBDIR",
     "VLA_MODEL_TYPES",
     "ActorCritic",
     "BatchRenorm1d",
@@ -65,4 +72,5 @@ __all__ = [
     "load_rollout_weights",
     "rollout_state_dict",
     "trainable_names",
+    "vla_checkpoint_directory",
 ]

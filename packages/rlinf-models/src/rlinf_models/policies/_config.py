@@ -10,7 +10,13 @@ from attrs import validators as v
 
 from .._lora_config import LoraShape
 
-__all__ = ["VLA_MODEL_TYPES", "PolicyConfig", "checkpoint_weights_file"]
+__all__ = [
+    "PRETRAINED_SUBDIR",
+    "VLA_MODEL_TYPES",
+    "PolicyConfig",
+    "checkpoint_weights_file",
+    "vla_checkpoint_directory",
+]
 
 VLA_MODEL_TYPES = ("pi0", "pi05", "smolvla", "gr00t", "openvla", "openvla_oft")
 """``model_type`` values that load a vision-language-action checkpoint (``model_path``): flow policies, and
@@ -28,6 +34,37 @@ def checkpoint_weights_file(path: str | Path) -> Path:
     """
     p = Path(path)
     return p if p.suffix == ".pt" else p / "actor" / "model.pt"
+
+
+PRETRAINED_SUBDIR = "pretrained"
+"""Where the SFT runner exports a VLA policy in its adapter's published layout, next to ``actor/`` in
+``global_step_<N>`` (``config.json``, the weights, the tokenizer and the normalisation statistics)."""
+
+
+def vla_checkpoint_directory(path: str | Path) -> Path:
+    """The VLA checkpoint directory ``actor.model.model_path`` names.
+
+    ``path`` itself when it holds a ``config.json`` (a published checkpoint, or an export), else its
+    ``pretrained/`` export when ``path`` is a ``global_step_<N>`` checkpoint of the SFT runner.
+
+    Raises:
+        FileNotFoundError: naming ``actor.model.model_path`` when ``path`` has neither layout.
+    """
+    p = Path(path)
+    if (p / "config.json").is_file():
+        return p
+    if (p / PRETRAINED_SUBDIR / "config.json").is_file():
+        return p / PRETRAINED_SUBDIR
+    if checkpoint_weights_file(p).is_file():
+        raise FileNotFoundError(
+            f"actor.model.model_path: {p} is a checkpoint with only actor/model.pt and no {PRETRAINED_SUBDIR}/ "
+            "export; a VLA needs its published checkpoint directory (config.json and weights) or a "
+            f"global_step_<N> of sft.py, which writes {PRETRAINED_SUBDIR}/ (docs/sft.md)"
+        )
+    raise FileNotFoundError(
+        f"actor.model.model_path: {p} is neither a VLA checkpoint directory (no config.json) nor a "
+        f"global_step_<N> checkpoint of sft.py (no {PRETRAINED_SUBDIR}/config.json)"
+    )
 
 
 def _non_empty_or_none(_inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
@@ -134,7 +171,8 @@ class PolicyConfig(LoraShape):
     checkpoint) keep their fresh initialisation and entries this policy lacks are ignored (both logged).
     ``pi0`` / ``pi05`` (required): the model's directory in LeRobot's layout (``config.json`` +
     ``model.safetensors``, read with ``rlinf_models.pi0.load_pi0``); it also defines the architecture, so a
-    resumed run reads it too (then loads the checkpoint's weights over it)."""
+    resumed run reads it too (then loads the checkpoint's weights over it). Every VLA ``model_type`` also
+    accepts a ``global_step_<N>`` checkpoint of ``sft.py``: its ``pretrained/`` export is read."""
     tokenizer_path: str | None = attrs.field(default=None, validator=_non_empty_or_none)
     """``pi0`` / ``pi05`` (required): the directory of PaliGemma's tokenizer (``tokenizer.json`` & co.).
     ``openvla``: the Llama tokenizer's directory; ``null``: ``model_path`` (where the published checkpoints keep it)."""

@@ -8,7 +8,7 @@ import attrs
 from rlinf_core.protocols import EnvSpec
 
 from ._actor_critic import ActorCritic
-from ._config import PolicyConfig
+from ._config import PolicyConfig, vla_checkpoint_directory
 from ._flow import FlowPolicy
 from ._flow_sac import FlowSACPolicy
 from ._sac import SquashedGaussianPolicy
@@ -33,7 +33,15 @@ def build_policy(
     :class:`~rlinf_models.smolvla.SmolVLAPolicy` for ``smolvla``,
     :class:`~rlinf_models.gr00t.GR00TPolicy` for ``gr00t``, :class:`~rlinf_models.openvla.OpenVLAPolicy`
     for ``openvla``, :class:`~rlinf_models.openvla.OpenVLAOFTPolicy` for ``openvla_oft``, else ActorCritic.
+
+    A VLA's ``model_path`` may be a ``global_step_<N>`` checkpoint of the SFT runner: its ``pretrained/``
+    export is read (:func:`~rlinf_models.policies.vla_checkpoint_directory`).
+
+    Raises:
+        FileNotFoundError: naming ``actor.model.model_path`` when a VLA's is no checkpoint directory.
     """
+    if config.is_vla and config.model_path is not None:
+        config = attrs.evolve(config, model_path=str(vla_checkpoint_directory(config.model_path)))
     if config.model_type == "openvla_oft":
         # The one place that imports the OpenVLA backend (transformers, the [openpi] extra), only when chosen.
         from ..openvla import OpenVLAOFTPolicy

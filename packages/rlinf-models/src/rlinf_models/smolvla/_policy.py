@@ -12,6 +12,7 @@ prompts).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from rlinf_core.protocols import EnvSpec
@@ -21,7 +22,7 @@ from ..pi0._inputs import load_tokenizer, pad_last
 from ..pi0._policy import load_norm_stats
 from ..policies import PolicyConfig
 from ..vla._policy import VLACondition, VLAFlowPolicy, inject_lora
-from ._checkpoint import load_smolvla
+from ._checkpoint import load_smolvla, save_smolvla
 from ._inputs import normalize, preprocess_image, tokenize_prompts, unnormalize
 from ._model import SmolVLAModel
 
@@ -98,3 +99,12 @@ class SmolVLAPolicy(VLAFlowPolicy[SmolVLAModel]):
 
     def _unnormalize_actions(self, actions: Tensor) -> Tensor:
         return unnormalize(actions, self.action_stats)
+
+    def _save_network(self, directory: Path) -> None:
+        save_smolvla(
+            self.model,
+            directory,
+            state_dim=self._state_dim(),
+            action_dim=self.action_dim,
+            camera_names=self._camera_names(),
+        )

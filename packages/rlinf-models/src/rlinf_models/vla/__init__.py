@@ -4,7 +4,8 @@
 log-probabilities of stored chains, values, the SFT flow-matching loss); :func:`check_vla_env` the checks of
 the env against ``actor.model`` and the checkpoint; :func:`inject_lora` the LoRA adapters on the towers;
 :func:`load_lerobot_weights` / :func:`save_lerobot_checkpoint` the strict reading and the writing of LeRobot's
-checkpoint layout (plus our value head). :mod:`rlinf_models.pi0` and :mod:`rlinf_models.smolvla` fill in the
+checkpoint layout (plus our value head); :meth:`VLAFlowPolicy.save_pretrained` exports a policy (after SFT) in
+that layout with its tokenizer and statistics. :mod:`rlinf_models.pi0` and :mod:`rlinf_models.smolvla` fill in the
 model-specific parts.
 """
 
@@ -12,6 +13,7 @@ from ._checkpoint import (
     CheckpointMismatchError,
     LoadReport,
     load_lerobot_weights,
+    plain_state_dict,
     save_lerobot_checkpoint,
     stored_value_head_sizes,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "check_vla_env",
     "inject_lora",
     "load_lerobot_weights",
+    "plain_state_dict",
     "save_lerobot_checkpoint",
     "stored_value_head_sizes",
 ]

@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 from torch import Tensor, nn
 
+from .._lora_state import ADAPTER, has_lora_weights, merge_lora_state
+
 try:
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
@@ -31,6 +33,7 @@ __all__ = [
     "CheckpointMismatchError",
     "LoadReport",
     "load_lerobot_weights",
+    "plain_state_dict",
     "save_lerobot_checkpoint",
     "stored_value_head_sizes",
 ]
@@ -154,6 +157,26 @@ def load_strictly(
     return initialised
 
 
+def plain_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """``model``'s state dict as the plain network's: peft LoRA adapters merged (``W + scaling · B A``).
+
+    Without adapters, the state dict itself. With them (``actor.model.is_lora``), each wrapped layer's merged
+    weight under the layer's own name, the ``lora_A`` / ``lora_B`` entries dropped: what the published layout
+    holds and the adapter's loader reads into a model without adapters. ``model`` is not changed.
+
+    Raises:
+        ValueError: when the adapters of ``model`` do not share one scaling (``lora_alpha / lora_rank``).
+    """
+    state = model.state_dict()
+    if not has_lora_weights(state):
+        return dict(state)
+    found = (getattr(module, "scaling", None) for module in model.modules())
+    scalings = {float(s[ADAPTER]) for s in found if isinstance(s, dict) and ADAPTER in s}
+    if len(scalings) != 1:
+        raise ValueError(f"the LoRA adapters of the model have scalings {sorted(scalings)}: expected one")
+    return merge_lora_state(state, scalings.pop())
+
+
 def stored_value_head_sizes(directory: str | Path) -> tuple[int, ...] | None:
     """The value head's hidden widths a directory's ``value_head.safetensors`` records (``None``: no such file)."""
     value_file = Path(directory) / VALUE_HEAD_FILE
@@ -176,7 +199,7 @@ def save_lerobot_checkpoint(
 
     Args:
         model: The network; its value head's tensors go to ``value_head.safetensors``, the others, with a
-            ``model.`` prefix, to ``model.safetensors``.
+            ``model.`` prefix, to ``model.safetensors`` (LoRA adapters merged: :func:`plain_state_dict`).
         path: The directory (created if needed).
         config: ``config.json``'s content (LeRobot's config fields of the model).
         value_head_sizes: The value head's hidden widths, kept in its file's metadata.
@@ -187,7 +210,7 @@ def save_lerobot_checkpoint(
     seen: set[int] = set()
     tensors: dict[str, Tensor] = {}
     value_head: dict[str, Tensor] = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in plain_state_dict(model).items():
         data = tensor.detach().contiguous()
         if name.startswith(_VALUE_HEAD):
             value_head[name[len(_VALUE_HEAD) :]] = data

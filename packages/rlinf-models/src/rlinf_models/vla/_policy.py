@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASK_INDEX_KEY",
+    "TOKENIZER_SUBDIR",
     "VLACondition",
     "VLAFlowPolicy",
     "VLAModel",
@@ -53,6 +56,9 @@ __all__ = [
 
 TASK_INDEX_KEY = "task_index"
 """The observation entry that picks each env's instruction out of ``EnvSpec.task_descriptions``."""
+
+TOKENIZER_SUBDIR = "tokenizer"
+"""Where :meth:`VLAFlowPolicy.save_pretrained` copies ``actor.model.tokenizer_path`` in an export."""
 
 
 class VLAModelConfig(Protocol):
@@ -238,6 +244,43 @@ class VLAFlowPolicy(nn.Module, Generic[M]):
     def _unnormalize_actions(self, actions: Tensor) -> Tensor:
         """Inverse of :meth:`_normalize_actions`."""
         raise NotImplementedError
+
+    def _save_network(self, directory: Path) -> None:
+        """Write the network in the model's published layout into ``directory`` (adapters merged)."""
+        raise NotImplementedError
+
+    def _save_statistics(self, directory: Path) -> None:
+        """Copy the normalisation statistics the policy was built from into ``directory`` (under the file's name)."""
+        if self.config.norm_stats_path is not None:
+            shutil.copy2(self.config.norm_stats_path, directory / Path(self.config.norm_stats_path).name)
+
+    # ------------------------------------------------------------------------------- export
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Export the policy as a self-contained checkpoint directory of the model's published layout.
+
+        ``directory`` gets ``config.json`` and the weights as the adapter's saver writes them (LoRA adapters
+        merged; the value head in ``value_head.safetensors``), a copy of the tokenizer in ``tokenizer/`` and of
+        the normalisation statistics the policy was built from; it is then a valid ``actor.model.model_path``
+        (and the copies valid ``tokenizer_path`` / ``norm_stats_path``). The Flow-Noise head is the policy's,
+        not the model's: it is not exported.
+
+        Returns:
+            ``directory``.
+        """
+        root = Path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        self._save_network(root)
+        assert self.config.tokenizer_path is not None  # every VLA flow policy is built with one
+        shutil.copytree(self.config.tokenizer_path, root / TOKENIZER_SUBDIR, dirs_exist_ok=True)
+        self._save_statistics(root)
+        return root
+
+    def _camera_names(self) -> tuple[str, ...]:
+        return tuple(self.image_keys)
+
+    def _state_dim(self) -> int:
+        assert self.spec.obs_dict is not None  # checked by check_vla_env
+        return int(self.spec.obs_dict[self.config.state_key].shape[0])
 
     # ------------------------------------------------------------------------------- inputs
     @property
