@@ -12,6 +12,8 @@ keys), so checkpoints move freely between one rank and many.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import os
 import sys
@@ -19,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+import attrs
 import torch
 import torch.distributed as dist
 from rlinf_core.checkpoint import atomic_write_bytes, capture_rng_state, restore_rng_state
@@ -82,11 +85,88 @@ def init_distributed(device: torch.device) -> DeviceMesh:
     return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
+FORWARD_METHODS_ATTR = "FSDP_FORWARD_METHODS"
+"""The class attribute (``ClassVar[tuple[str, ...]]``) naming the methods, besides ``forward``, through which
+callers use a module's parameters; :func:`shard_module` has FSDP2 all-gather the unit around each of them."""
+
+
+def _output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors in a method's output, also inside ``attrs`` classes (FSDP2's traversal skips those)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if attrs.has(type(out)):
+        out = [getattr(out, f.name) for f in attrs.fields(type(out))]
+    elif dataclasses.is_dataclass(out) and not isinstance(out, type):
+        out = [getattr(out, f.name) for f in dataclasses.fields(out)]
+    elif isinstance(out, Mapping):
+        out = list(out.values())
+    if isinstance(out, list | tuple):
+        return [t for x in out for t in _output_tensors(x)]
+    return []
+
+
+def _register_forward_methods(module: nn.Module) -> None:
+    """Make each method named by ``type(module).FSDP_FORWARD_METHODS`` gather ``module``'s unit, as ``forward`` does.
+
+    ``torch.distributed.fsdp.register_fsdp_forward_method`` runs the unit's pre-/post-forward hooks around a
+    method: the parameters are gathered for the call, and the post-forward hook puts a pre-backward hook (which
+    gathers them again for the backward) on the output's tensors. Two things it does not cover are handled here:
+
+    - Nested calls: when one registered method calls another (π0's ``flow_matching_loss`` calls ``velocity``,
+      which calls ``expert_output``), the inner post-forward hook would reshard the parameters while the outer
+      method still uses them. Only the outermost call runs the hooks; nested ones run as plain methods.
+    - Outputs the hooks cannot see: FSDP2 looks for tensors in tensors, tuples, lists, dicts and dataclasses,
+      not in ``attrs`` classes (``PrefixCache``, OpenVLA's ``ActionSample``); without a pre-backward hook the
+      backward would meet resharded parameters. The hooked method also returns the output's tensors, found
+      by :func:`_output_tensors`, for the hooks to see.
+
+    Repeated (not nested) calls within one forward/backward (the denoising steps) each gather the unit, and
+    each one's backward gathers it again and adds its reduce-scattered gradient into the same sharded ``.grad``.
+
+    Raises:
+        ValueError: a listed name is not a method of ``module``.
+    """
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    names: tuple[str, ...] = getattr(type(module), FORWARD_METHODS_ATTR, ())
+    depth = [0]  # registered calls of this unit now running
+    for name in names:
+        plain = getattr(module, name, None)
+        if not callable(plain) or isinstance(plain, nn.Module):
+            raise ValueError(
+                f"{type(module).__name__}.{FORWARD_METHODS_ATTR} lists {name!r}, which is not a method"
+            )
+
+        def exposed(*args: Any, _plain: Any = plain, **kwargs: Any) -> tuple[Any, list[torch.Tensor]]:
+            out = _plain(*args, **kwargs)
+            return out, _output_tensors(out)
+
+        hooked_name = f"_fsdp_gathered_{name}"
+        setattr(module, hooked_name, exposed)
+        register_fsdp_forward_method(module, hooked_name)
+        gathering = getattr(module, hooked_name)
+
+        def call(*args: Any, _plain: Any = plain, _gathering: Any = gathering, **kwargs: Any) -> Any:
+            if depth[0]:
+                return _plain(*args, **kwargs)
+            depth[0] += 1
+            try:
+                return _gathering(*args, **kwargs)[0]
+            finally:
+                depth[0] -= 1
+
+        setattr(module, name, functools.wraps(plain)(call))
+
+
 def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = False) -> nn.Module:
     """Apply ``fully_shard`` to every direct child holding trainable parameters, then to the root (in place).
 
     Each child is one all-gather unit (each member of a ``ModuleList`` / ``ModuleDict`` child, e.g. the Q
     heads); parameters of the root itself (e.g. a state-independent ``log_std``) belong to the root unit.
+    FSDP2 gathers a unit's parameters around its ``forward`` only: a unit whose class lists other entry points
+    in ``FSDP_FORWARD_METHODS`` (a VLA network, which its policy calls through ``encode_prefix``,
+    ``expert_output``, ``value``, ...) is gathered around those too (see :func:`_register_forward_methods`).
+    Its parameters must then be used only inside its ``forward`` or those methods.
     ``cpu_offload`` keeps the sharded parameters and optimizer state on the CPU between uses
     (``CPUOffloadPolicy``; meaningful on CUDA only).
 
@@ -104,7 +184,9 @@ def shard_module(module: nn.Module, mesh: DeviceMesh, *, cpu_offload: bool = Fal
         for member in members:
             if any(p.requires_grad for p in member.parameters()):
                 fully_shard(member, **kwargs)
+                _register_forward_methods(member)
     fully_shard(module, **kwargs)
+    _register_forward_methods(module)
     return module
 
 

@@ -29,7 +29,7 @@ set, and ``action_head.*``. ``value_head`` is ours.
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -232,6 +232,17 @@ class GR00TModel(nn.Module):
 
     ``embodiment_id`` picks the category-specific MLPs' weights (an index ``< max_num_embodiments``).
     """
+
+    FSDP_FORWARD_METHODS: ClassVar[tuple[str, ...]] = (
+        "encode_prefix",
+        "expert_output",
+        "project_velocity",
+        "velocity",
+        "sample_actions",
+        "flow_matching_loss",
+        "value",
+    )
+    """What the policy calls instead of ``forward``: FSDP2 gathers the network around each (``shard_module``)."""
 
     def __init__(self, config: GR00TConfig, *, embodiment_id: int = 0) -> None:
         super().__init__()

@@ -16,7 +16,7 @@ token).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -94,6 +94,15 @@ def reduce_log_probs(token_level: Tensor, level: str, action_dim: int) -> Tensor
 
 class OpenVLAModel(nn.Module):
     """The Prismatic VLM of OpenVLA (published names), an optional value head, and RL log-probabilities."""
+
+    FSDP_FORWARD_METHODS: ClassVar[tuple[str, ...]] = (
+        "embed_prompt",
+        "splice_patches",
+        "prompt_values",
+        "sample_actions",
+        "evaluate_actions",
+    )
+    """What the policy calls instead of ``forward``: FSDP2 gathers the network around each (``shard_module``)."""
 
     side_modules: tuple[str, ...] = ()
     """Submodules stored outside the safetensors shards (none here; OpenVLA-OFT's heads have their own files)."""

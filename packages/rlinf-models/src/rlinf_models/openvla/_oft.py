@@ -157,6 +157,17 @@ class OpenVLAOFTModel(OpenVLAModel):
     """
 
     side_modules = ("action_head", "proprio_projector")
+    FSDP_FORWARD_METHODS = (
+        *OpenVLAModel.FSDP_FORWARD_METHODS,
+        "embed_chunk_inputs",
+        "bidirectional_hidden",
+        "action_hidden",
+        "value_of",
+        "sample_chunk",
+        "decode_hidden",
+        "evaluate_chunk",
+        "regress_chunk",
+    )
 
     def __init__(
         self,

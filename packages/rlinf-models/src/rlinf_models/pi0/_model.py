@@ -30,7 +30,7 @@ The module tree (and so every ``state_dict`` key) is the one of openpi's ``PI0Py
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import ClassVar, cast
 
 import attrs
 import torch
@@ -248,6 +248,19 @@ class ValueHead(nn.Module):
 
 class Pi0Model(nn.Module):
     """π0 / π0.5 network (see the module docstring); ``Pi0Model(Pi0Config(...))`` builds it with random weights."""
+
+    FSDP_FORWARD_METHODS: ClassVar[tuple[str, ...]] = (
+        "embed_prefix",
+        "encode_prefix",
+        "embed_suffix",
+        "velocity",
+        "project_velocity",
+        "expert_output",
+        "sample_actions",
+        "flow_matching_loss",
+        "value",
+    )
+    """What the policy calls instead of ``forward``: FSDP2 gathers the network around each (``shard_module``)."""
 
     def __init__(self, config: Pi0Config) -> None:
         super().__init__()

@@ -32,7 +32,7 @@ layers, which is LeRobot's truncation), a ``LlamaModel`` without input embedding
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -128,6 +128,20 @@ class SmolVLMWithExpert(nn.Module):
 
 class SmolVLAModel(nn.Module):
     """SmolVLA network (see the module docstring); ``SmolVLAModel(SmolVLAConfig(...))`` builds it with random weights."""
+
+    FSDP_FORWARD_METHODS: ClassVar[tuple[str, ...]] = (
+        "embed_image",
+        "embed_prefix",
+        "encode_prefix",
+        "embed_suffix",
+        "velocity",
+        "project_velocity",
+        "expert_output",
+        "sample_actions",
+        "flow_matching_loss",
+        "value",
+    )
+    """What the policy calls instead of ``forward``: FSDP2 gathers the network around each (``shard_module``)."""
 
     def __init__(self, config: SmolVLAConfig) -> None:
         super().__init__()
