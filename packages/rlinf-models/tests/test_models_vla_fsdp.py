@@ -1,0 +1,201 @@
+"""Every VLA policy trains under FSDP2: two gloo ranks make the one-rank PPO update, and the state gathers.
+
+A VLA policy calls its network's ``encode_prefix`` / ``expert_output`` / ``value`` ... rather than ``forward``;
+``shard_module`` registers those (``FSDP_FORWARD_METHODS``) so the network's parameters are gathered around
+them. For each tiny VLA (π0 with Flow-Noise, SmolVLA, GR00T, OpenVLA, OpenVLA-OFT): one
+``EmbodiedPPOTrainer.train`` on one rank (plain module, all envs) and on two ranks (FSDP2 on gloo, half the
+envs each, as the actor worker splits them) from the same rollout give the same parameters, and the full
+state dict gathers every entry.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from rlinf_core.config import AlgorithmConfig
+from rlinf_core.protocols import EnvSpec, ObsSpec
+from rlinf_models import EmbodiedActorConfig, OptimConfig
+from rlinf_models._fsdp import full_model_state_dict, init_distributed, shard_module
+from rlinf_models.embodied import EmbodiedPPOTrainer
+from rlinf_models.policies import PolicyConfig, build_policy
+
+KINDS = ["pi0", "smolvla", "gr00t", "openvla", "openvla_oft"]
+# LIBERO's two cameras, an 8-D state, 7-D actions: what every tiny checkpoint of rlinf_models.*.testing fits.
+SPEC = EnvSpec(
+    obs_shape=(),
+    action_type="continuous",
+    action_dim=7,
+    action_low=(-1.0,) * 7,
+    action_high=(1.0,) * 7,
+    obs_dict={
+        "rgb": ObsSpec((32, 32, 3), "uint8"),
+        "wrist_rgb": ObsSpec((32, 32, 3), "uint8"),
+        "state": ObsSpec((8,)),
+        "task_index": ObsSpec((1,), "int16"),
+    },
+    task_descriptions=("pick up the bowl", "open the drawer"),
+)
+T, E = 2, 4  # rollout steps x envs: 8 samples, 4 per rank
+
+
+def write_checkpoint(kind: str, root: Path) -> dict[str, str]:
+    """The tiny checkpoint's ``actor.model`` paths."""
+    out = root / kind
+    if kind == "openvla":
+        from rlinf_models.openvla.testing import make_tiny_openvla
+
+        return {"model_path": str(make_tiny_openvla(out, value_head_sizes=(16,)))}
+    if kind == "openvla_oft":
+        from rlinf_models.openvla.testing import make_tiny_openvla_oft
+
+        return {"model_path": str(make_tiny_openvla_oft(out, value_head_sizes=(16,)))}
+    if kind == "gr00t":
+        from rlinf_models.gr00t.testing import make_tiny_gr00t
+
+        paths = make_tiny_gr00t(out)
+    elif kind == "smolvla":
+        from rlinf_models.smolvla.testing import make_tiny_smolvla
+
+        paths = make_tiny_smolvla(out)
+    else:
+        from rlinf_models.pi0.testing import make_tiny_pi0
+
+        paths = make_tiny_pi0(out)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def policy_config(kind: str, paths: dict[str, str]) -> PolicyConfig:
+    extra: dict[str, Any] = {"num_action_chunks": 2, "denoising_steps": 2}
+    if kind == "pi0":
+        extra["noise_method"] = "flow_noise"  # the noise head (a second child unit of the policy) trains too
+    elif kind == "openvla":
+        extra = {}
+    elif kind == "openvla_oft":
+        extra = {"num_action_chunks": 8, "unnorm_key": "libero_spatial_no_noops"}
+    return PolicyConfig(model_type=kind, **paths, **extra)
+
+
+def _rollout(policy: Any) -> dict[str, Any]:
+    """A ``[T, E]`` rollout batch of the policy's own samples (the same on every rank)."""
+    g = torch.Generator().manual_seed(1)
+    n = T * E
+    obs = {
+        "rgb": torch.randint(0, 256, (n, 32, 32, 3), generator=g, dtype=torch.uint8),
+        "wrist_rgb": torch.randint(0, 256, (n, 32, 32, 3), generator=g, dtype=torch.uint8),
+        "state": torch.randn(n, 8, generator=g) * 0.3,
+        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
+    }
+    out = policy.act(obs, generator=torch.Generator().manual_seed(2))
+    c = out.actions.shape[1]
+    return {
+        "obs": {k: v.view(T, E, *v.shape[1:]) for k, v in obs.items()},
+        "actions": out.actions.view(T, E, *out.actions.shape[1:]),
+        "rewards": torch.rand(T, E, c, generator=g),
+        "dones": torch.zeros(T + 1, E, c, dtype=torch.bool),
+        "prev_logprobs": out.logprobs.reshape(T, E, -1),
+        "prev_values": torch.randn(T + 1, E, 1, generator=g),
+        "versions": torch.zeros(T, E, dtype=torch.long),
+        "forward_inputs": {k: v.view(T, E, *v.shape[1:]) for k, v in (out.forward_inputs or {}).items()},
+    }
+
+
+def _envs(batch: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s envs ``[rank·E/W, (rank+1)·E/W)`` of every ``[T(+1), E, ...]`` entry (the worker's split)."""
+    if isinstance(batch, dict):
+        return {k: _envs(v, rank, world) for k, v in batch.items()}
+    per = E // world
+    return batch[:, rank * per : (rank + 1) * per]
+
+
+def update(kind: str, paths: dict[str, str], rank: int, world: int) -> dict[str, torch.Tensor]:
+    """One PPO update on ``world`` ranks (FSDP2 on gloo when more than one); the full state dict (rank 0)."""
+    torch.manual_seed(0)
+    policy: Any = build_policy(SPEC, policy_config(kind, paths))
+    batch = _rollout(policy)
+    reduce_sum = None
+    if world > 1:
+        policy = shard_module(policy, init_distributed(torch.device("cpu")))
+        assert all(isinstance(p, torch.distributed.tensor.DTensor) for p in policy.parameters())
+
+        def reduce_sum(x: torch.Tensor) -> torch.Tensor:
+            out = x.detach().clone()
+            torch.distributed.all_reduce(out)
+            return out
+
+    # adam_eps well above float32 noise: a near-zero gradient's sign must not decide a whole lr step.
+    actor = EmbodiedActorConfig(
+        global_batch_size=T * E, micro_batch_size=2, optim=OptimConfig(lr=1e-2, adam_eps=1e-3)
+    )
+    trainer = EmbodiedPPOTrainer(
+        policy, AlgorithmConfig(update_epoch=1), actor, world_size=world, rank=rank, reduce_sum=reduce_sum
+    )
+    metrics = trainer.train(trainer.compute_advantages_and_returns(_envs(batch, rank, world)))
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
+    return full_model_state_dict(policy)
+
+
+# A fresh interpreter per rank: each joins the two-rank gloo group, which must not outlive the test.
+_RANK = """
+import json, sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, sys.argv[1])
+from test_models_vla_fsdp import update
+state = update(sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), 2)
+if int(sys.argv[4]) == 0:
+    torch.save(state, sys.argv[5])
+"""
+
+
+def _two_ranks(kind: str, paths: dict[str, str], out: Path) -> dict[str, torch.Tensor]:
+    import json
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        args = [sys.executable, "-c", _RANK, str(Path(__file__).parent), kind, json.dumps(paths), str(rank)]
+        procs.append(
+            subprocess.Popen(
+                [*args, str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    for rank, proc in enumerate(procs):
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"rank {rank}:\n{err[-4000:]}"
+    state: dict[str, torch.Tensor] = torch.load(out)
+    return state
+
+
+@pytest.mark.slow  # ~1-2.5 min per model on two shared cores
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_fsdp2_ranks_make_the_one_rank_update(kind: str, tmp_path: Path) -> None:
+    paths = write_checkpoint(kind, tmp_path)
+    torch.manual_seed(0)
+    initial = build_policy(SPEC, policy_config(kind, paths)).state_dict()
+    one = update(kind, paths, rank=0, world=1)
+    two = _two_ranks(kind, paths, tmp_path / "two_ranks.pt")
+
+    assert two.keys() == one.keys() == initial.keys()
+    moved = max(float((one[k] - initial[k]).abs().max()) for k in one if one[k].is_floating_point())
+    assert moved > 1e-3  # the update changed the policy (so equality below is not the initial weights')
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, atol=1e-5, rtol=0, msg=key)
