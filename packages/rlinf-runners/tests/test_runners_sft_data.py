@@ -59,3 +59,34 @@ def test_dict_observations_with_images_become_policy_batches(tmp_path: Path) -> 
     )
     loss = policy.imitation_loss(train.obs, train.actions, train.mask)
     assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+def test_a_narrow_integer_entry_is_stored_widened_and_read_back(tmp_path: Path) -> None:
+    # LIBERO's task_index is int16; LeRobot's integer features are int32 / int64.
+    spec = EnvSpec(
+        (),
+        "continuous",
+        2,
+        action_low=(-1.0, -1.0),
+        action_high=(1.0, 1.0),
+        obs_dict={"state": ObsSpec((3,)), "task_index": ObsSpec((1,), "int16")},
+    )
+    features = observation_features(spec)
+    assert features["task_index"] == ("observation.task_index", features["task_index"][1])
+    assert features["task_index"][1].dtype == "int32"
+    writer = LeRobotWriter(
+        tmp_path / "ds", fps=10, features={**dict(features.values()), "action": action_feature(spec)}
+    )
+    for task in (0, 1):
+        writer.add_episode(
+            {
+                "observation.state": np.zeros((4, 3), np.float32),
+                "observation.task_index": np.full((4, 1), task, np.int16),
+                "action": np.zeros((4, 2), np.float32),
+            },
+            "push",
+        )
+    writer.write()
+    train, _ = load_sft_samples([tmp_path / "ds"], spec, None, 2, 0.0, 0)
+    assert train is not None
+    assert sorted(train.obs["task_index"][:, 0].tolist()) == [0] * 4 + [1] * 4

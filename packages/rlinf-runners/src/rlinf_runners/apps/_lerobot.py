@@ -2,7 +2,8 @@
 
 An array observation is ``observation.state`` (``observation.image`` when it is one ``uint8 [H, W, C]``
 image); a dict observation's entry ``k`` is ``observation.images.<k>`` for images and ``observation.<k>``
-otherwise (so ManiSkill's ``state`` is ``observation.state``). Actions are ``action`` (``[action_dim]``
+otherwise (so ManiSkill's ``state`` is ``observation.state``; integer entries narrower than ``int32``, such as
+LIBERO's ``task_index``, are stored as ``int32``). Actions are ``action`` (``[action_dim]``
 floats, or one ``int64`` for discrete actions), rewards ``next.reward`` and episode ends ``next.done``.
 """
 
@@ -21,6 +22,10 @@ DONE = "next.done"
 SUCCESS = "next.success"
 
 
+# LeRobot's integer features are int32 / int64: narrower integer entries (LIBERO's int16 task_index) are widened.
+_WIDER_INTS = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32"}
+
+
 def _is_image(entry: ObsSpec) -> bool:
     return entry.dtype == "uint8" and len(entry.shape) == 3
 
@@ -28,7 +33,7 @@ def _is_image(entry: ObsSpec) -> bool:
 def _feature(entry: ObsSpec) -> LeRobotFeature:
     if _is_image(entry):
         return LeRobotFeature("image", entry.shape, ["height", "width", "channel"])
-    dtype = "float32" if entry.dtype.startswith("float") else entry.dtype
+    dtype = "float32" if entry.dtype.startswith("float") else _WIDER_INTS.get(entry.dtype, entry.dtype)
     return LeRobotFeature(dtype, entry.shape or (1,))
 
 
