@@ -8,7 +8,10 @@ are small and the data is in memory, so there are no worker groups. What every r
 replacement (a fresh permutation each epoch); an evaluation is the loss on the held-out episodes.
 
 A checkpoint is ``checkpoints/global_step_<N>/actor/model.pt`` (the policy's state dict, as the RL actors
-write it, so ``actor.model.model_path`` starts RL from it) with ``optimizer.pt`` and ``trainer.pt``.
+write it, so ``actor.model.model_path`` starts RL from it) with ``optimizer.pt`` and ``trainer.pt``. A VLA
+policy (one with ``save_pretrained``) is also exported in its adapter's published layout to
+``global_step_<N>/pretrained/`` (config, weights with LoRA adapters merged, tokenizer, statistics): a VLA reads
+its ``model_path`` as such a directory, and accepts ``global_step_<N>`` for it.
 """
 
 from __future__ import annotations
@@ -17,18 +20,19 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 import torch
 from rlinf_core.protocols import obs_index
 from rlinf_models import OptimConfig
 from rlinf_models.actor import adamw, lr_scale
+from rlinf_models.policies import PRETRAINED_SUBDIR
 
 from ._base import Runner, StepCallback
 from ._config import RunnerConfig
 
-__all__ = ["EmbodiedSFTRunner", "ImitationPolicy", "SFTSamples"]
+__all__ = ["EmbodiedSFTRunner", "ImitationPolicy", "PretrainedExport", "SFTSamples"]
 
 _ACTOR = "actor"
 
@@ -45,6 +49,13 @@ class ImitationPolicy(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> Any: ...
 
     def train(self, mode: bool = True) -> Any: ...
+
+
+@runtime_checkable
+class PretrainedExport(Protocol):
+    """A policy that exports itself in its model's published layout (the VLA adapters)."""
+
+    def save_pretrained(self, directory: str | Path) -> Path: ...
 
 
 @attrs.frozen
@@ -177,7 +188,12 @@ class EmbodiedSFTRunner(Runner):
 
     # ------------------------------------------------------------------------------------- checkpoints
     def save_worker_state(self, staging: Path) -> None:
-        """``actor/model.pt`` (the policy), ``actor/optimizer.pt`` and ``actor/trainer.pt`` (batch order)."""
+        """``actor/model.pt`` (the policy), ``actor/optimizer.pt`` and ``actor/trainer.pt`` (batch order).
+
+        A VLA policy (:class:`PretrainedExport`) is also exported to ``pretrained/`` in its published layout.
+        """
+        if isinstance(self.policy, PretrainedExport):
+            self.policy.save_pretrained(staging / PRETRAINED_SUBDIR)
         root = staging / _ACTOR
         root.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu() for k, v in self.policy.state_dict().items()}

@@ -25,7 +25,12 @@ from rlinf_envs import (
 )
 from rlinf_models import EmbodiedActorConfig
 from rlinf_models.embodied import EMBODIED_ADV_TYPES, MASKED_ADV_TYPES
-from rlinf_models.policies import VLA_MODEL_TYPES, PolicyConfig, checkpoint_weights_file
+from rlinf_models.policies import (
+    VLA_MODEL_TYPES,
+    PolicyConfig,
+    checkpoint_weights_file,
+    vla_checkpoint_directory,
+)
 from rlinf_rollout import EmbodiedRolloutConfig
 from rlinf_scheduler import Cluster, ClusterConfig, HybridComponentPlacement, Worker, resolve_placement
 
@@ -291,7 +296,16 @@ class EmbodiedApp(App[EmbodiedConfig]):
         ]
 
     def _vla_path_problems(self, model: PolicyConfig) -> list[str]:
-        """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist."""
+        """A VLA (``pi0`` / ``pi05`` / ``smolvla``): its checkpoint directory, tokenizer and statistics exist.
+
+        ``model_path`` may be an SFT ``global_step_<N>`` checkpoint: its ``pretrained/`` export is checked.
+        """
+        assert model.model_path is not None
+        try:
+            directory = vla_checkpoint_directory(self.resolve_data_path(model.model_path))
+        except FileNotFoundError as e:
+            return [str(e)]
+        model = attrs.evolve(model, model_path=str(directory))
         if model.model_type in ("openvla", "openvla_oft"):
             return self._openvla_path_problems(model)
         if model.model_type == "gr00t":

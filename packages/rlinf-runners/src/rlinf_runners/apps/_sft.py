@@ -98,6 +98,9 @@ def _check(app: EmbodiedApp, cfg: EmbodiedSFTConfig) -> None:
                 f"data.train_data_paths: {path} is not a LeRobot dataset (no meta/info.json); record one with "
                 "apps/embodied/collect.py"
             )
+    if cfg.actor.model.is_vla and cfg.actor.model.model_path is not None:
+        # The checkpoint directory (or an SFT global_step_<N> with its pretrained/ export), tokenizer, statistics.
+        problems += app._vla_path_problems(cfg.actor.model)
     if cfg.actor.model.add_q_head:
         problems.append(
             "actor.model.add_q_head: SFT trains the actor-critic policies (imitation_loss); set false"
@@ -219,7 +222,8 @@ def run_sft(
         torch.set_num_threads(cfg.actor.torch_num_threads)
     torch.manual_seed(cfg.actor.seed)
     policy = build_policy(spec, cfg.actor.model)
-    if cfg.actor.model.model_path is not None:
+    # A VLA reads its model_path (a checkpoint directory, or an SFT checkpoint's pretrained/ export) itself.
+    if cfg.actor.model.model_path is not None and not cfg.actor.model.is_vla:
         weights = checkpoint_weights_file(app.resolve_data_path(cfg.actor.model.model_path))
         loaded = load_policy_weights(policy, weights, field="actor.model.model_path", strict=False)
         print(f"actor.model.model_path: initialised the policy with {loaded.summary()}")
