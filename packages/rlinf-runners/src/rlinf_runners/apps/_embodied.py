@@ -301,10 +301,13 @@ class EmbodiedApp(App[EmbodiedConfig]):
         ``model_path`` may be an SFT ``global_step_<N>`` checkpoint: its ``pretrained/`` export is checked.
         """
         assert model.model_path is not None
+        given = self.resolve_data_path(model.model_path)
         try:
-            directory = vla_checkpoint_directory(self.resolve_data_path(model.model_path))
+            directory = vla_checkpoint_directory(given)
         except FileNotFoundError as e:
-            return [str(e)]
+            if checkpoint_weights_file(given).is_file():
+                return [str(e)]  # a runner's checkpoint without the export
+            directory = given  # the adapter's check below names what the directory lacks
         model = attrs.evolve(model, model_path=str(directory))
         if model.model_type in ("openvla", "openvla_oft"):
             return self._openvla_path_problems(model)
