@@ -171,7 +171,7 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
     text = str(err.value)
     assert (
         "actor.model.model_type 'pi05' does not match" in text
-        and "allowed: pi0, pi05, smolvla, openvla" in text
+        and "allowed: pi0, pi05, smolvla, gr00t, openvla, openvla_oft" in text
     )
     assert f"actor.model.tokenizer_path: no tokenizer directory at {tmp_path / 'absent'}" in text
     with pytest.raises(
@@ -179,6 +179,12 @@ def test_pi0_files_are_checked_at_load(app: EmbodiedApp, tmp_path: Path) -> None
         match=r"is not a LeRobot pi0 checkpoint directory \(missing config\.json, model\.safetensors",
     ):
         app.load_config(config, [*good, f"actor.model.model_path={tmp_path}"])
+    # A runner's global_step_<N> without the pretrained/ export (an RL checkpoint): not a VLA model_path.
+    rl_step = tmp_path / "global_step_2"
+    (rl_step / "actor").mkdir(parents=True)
+    (rl_step / "actor" / "model.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"actor\.model\.model_path: .* no pretrained/ export"):
+        app.load_config(config, [*good, f"actor.model.model_path={rl_step}"])
     with pytest.raises(ConfigError, match="needs tokenizer_path"):
         app.load_config(config, [*good, "actor.model.tokenizer_path=null"])
 
