@@ -179,7 +179,7 @@ def test_an_sft_policy_exports_and_reloads_with_the_same_actions(model_type: str
         torch.testing.assert_close(again.values, trained.values, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("model_type", ["smolvla", "openvla"])
+@pytest.mark.parametrize("model_type", sorted(ADAPTERS))
 def test_a_lora_sft_policy_exports_merged_weights(model_type: str, tmp_path: Path) -> None:
     make, load, stats = ADAPTERS[model_type]
     config = attrs.evolve(make(tmp_path / "tiny"), is_lora=True, lora_rank=4, lora_alpha=8.0)
