@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pickcube_rlpd import _records
-from startup_cartpole import _user_env, _uv
+from startup_cartpole import _seed_args, _user_env, _uv
 
 ROOT = Path(__file__).resolve().parents[1]
 SFT_CONFIG = "libero_spatial_sft_flow"
@@ -126,8 +126,11 @@ def choose_start(root: Path, sft: dict[str, Any], below: float, step: int | None
     return {"step": first, "path": str(found[first]), "tried": tried}
 
 
-def run_rl(root: Path, start: Path, steps: int, eval_every: int) -> dict[str, Any]:
-    """Stage 3: GRPO from ``start``; its evaluations and per-step timings."""
+def run_rl(root: Path, start: Path, steps: int, eval_every: int, seed: int | None) -> dict[str, Any]:
+    """Stage 3: GRPO from ``start`` (the config's seeds, or ``seed``'s); its evaluations and per-step timings.
+
+    The final weights are kept (``<root>/rl/checkpoints``) for ``eval.py``.
+    """
     run = root / "rl"
     run.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -142,8 +145,9 @@ def run_rl(root: Path, start: Path, steps: int, eval_every: int) -> dict[str, An
     cmd += [
         f"runner.max_epochs={steps}",
         f"runner.val_check_interval={eval_every}",
-        "runner.save_interval=-1",
+        "runner.save_interval=0",
     ]
+    cmd += [] if seed is None else _seed_args(seed)
     _, wall = _spawn(cmd, root / "rl.stderr.txt")
     records = _records(run / "metrics.jsonl")
     evals = [(int(r["step"]), r["eval/success_rate"]) for r in records if "eval/success_rate" in r]
@@ -237,6 +241,11 @@ def main() -> int:
     parser.add_argument("--sft-dir", type=Path, help="reuse this SFT run instead of stage 1")
     parser.add_argument("--sft-success", type=float, help="with --sft-dir: its final checkpoint's success")
     parser.add_argument("--start-step", type=int, help="start RL from this SFT checkpoint")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="RL seeds actor.seed=s+1 env.train.seed=s rollout.seed=s (default: the config's)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path, help="write the evaluation curve to this PNG")
     parser.add_argument("--replot", type=Path, help="only redraw --plot from an earlier run's --out file")
@@ -265,8 +274,8 @@ def main() -> int:
     print(json.dumps({"sft": sft}), file=sys.stderr, flush=True)
     start = choose_start(root, sft, args.start_below, args.start_step)
     print(json.dumps({"start": start}), file=sys.stderr, flush=True)
-    rl = run_rl(root, Path(start["path"]), args.rl_steps, args.eval_every)
-    row = {"sft": sft, "start": start, "rl": rl}
+    rl = run_rl(root, Path(start["path"]), args.rl_steps, args.eval_every, args.seed)
+    row = {"sft": sft, "start": start, "rl": rl, "seed": args.seed}
     text = table(row)
     print(text)
     if args.plot is not None:
