@@ -2,7 +2,7 @@
 
     uv run python bench/pirl_libero.py [--sft-steps 8000] [--start-below 0.8] [--rl-steps 10] [--eval-every 5]
         [--root runs/pirl_libero] [--sft-dir DIR] [--start-step N] [--out FILE] [--plot PNG]
-        [--replot OUT_FILE --plot PNG]
+        [--seed S] [--replot OUT_FILE... --plot PNG]
 
 The stages run as a user runs them, each a ``uv run`` spawned by the bench, with logs under ``--root``:
 
@@ -195,20 +195,23 @@ def table(row: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(row: dict[str, Any], path: Path) -> None:
-    """Held-out success against the RL step (step 0: the SFT start policy), the target dashed."""
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Held-out success against the RL step (step 0: the SFT start policy), one line per RL run, the target dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    evals = row["rl"]["evals"]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot([s for s, _ in evals], [r for _, r in evals], marker="o", label="GRPO + Flow-SDE (eval, ODE)")
-    base = evals[0][1]
+    for row in rows:
+        evals = row["rl"]["evals"]
+        seed = "config's seeds" if row.get("seed") is None else f"--seed {row['seed']}"
+        ax.plot([s for s, _ in evals], [r for _, r in evals], marker="o", label=f"GRPO + Flow-SDE ({seed})")
+    row = rows[0]
+    base = row["rl"]["evals"][0][1]
     ax.axhline(
         row["sft"]["success"],
-        color="C1",
+        color="black",
         linestyle=":",
         linewidth=1,
         label=f"SFT final (step {row['sft']['steps']})",
@@ -248,13 +251,21 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path, help="write the evaluation curve to this PNG")
-    parser.add_argument("--replot", type=Path, help="only redraw --plot from an earlier run's --out file")
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        nargs="+",
+        help="only redraw --plot from earlier runs' --out files (one line each)",
+    )
     args = parser.parse_args()
     if args.replot is not None:
         if args.plot is None:
             parser.error("--replot needs --plot")
-        lines = args.replot.read_text().splitlines()
-        plot(json.loads(next(line for line in lines if line.startswith("{"))), args.plot)
+        rows = []
+        for out in args.replot:
+            lines = out.read_text().splitlines()
+            rows.append(json.loads(next(line for line in lines if line.startswith("{"))))
+        plot(rows, args.plot)
         return 0
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -279,7 +290,7 @@ def main() -> int:
     text = table(row)
     print(text)
     if args.plot is not None:
-        plot(row, args.plot)
+        plot([row], args.plot)
     if args.out is not None:
         args.out.write_text(text + "\n\n" + json.dumps(row) + "\n")
     return 0
