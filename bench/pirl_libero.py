@@ -166,11 +166,11 @@ def table(row: dict[str, Any]) -> str:
     sft, start, rl = row["sft"], row["start"], row["rl"]
     base = rl["evals"][0][1]
     lines = ["| stage | held-out success (10 episodes) | cost |", "|---|---:|---|"]
-    train = f"{sft['train_s']:.0f} s of training" if sft["train_s"] is not None else ""
-    lines.append(
-        f"| SFT, final checkpoint (step {sft['steps']}) | {sft['success']:.2f} | {train}, "
-        f"{sft['wall_s']:.0f} s from spawn |"
-    )
+    if sft["train_s"] is None:
+        cost = f"reused: {sft['dir']}"
+    else:
+        cost = f"{sft['train_s']:.0f} s of training, {sft['wall_s']:.0f} s from spawn"
+    lines.append(f"| SFT, final checkpoint (step {sft['steps']}) | {sft['success']:.2f} | {cost} |")
     for s, rate in sorted(start["tried"].items(), reverse=True)[1:]:
         lines.append(f"| SFT checkpoint step {s} (`eval.py`) | {rate:.2f} | |")
     lines.append(f"| RL step 0 = start policy (SFT step {start['step']}) | {base:.2f} | |")
