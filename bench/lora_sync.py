@@ -38,7 +38,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import attrs
 import torch
-from rlinf_core.protocols import EnvSpec, ObsSpec, receive_weights, send_weights
+from rlinf_core.protocols import receive_weights, send_weights
 from rlinf_models._fsdp import full_model_state_dict
 from rlinf_models.policies import (
     PolicyConfig,
@@ -48,26 +48,14 @@ from rlinf_models.policies import (
     rollout_state_dict,
     trainable_names,
 )
+from rlinf_models.vla.testing import libero_spec
 from rlinf_scheduler import Cluster, NodePlacementStrategy, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "rlinf-models" / "tests"))
 
 KINDS = ("pi0", "pi05", "smolvla", "openvla")
 MODES = ("merged", "adapters")
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "rgb": ObsSpec((32, 32, 3), "uint8"),
-        "wrist_rgb": ObsSpec((32, 32, 3), "uint8"),
-        "state": ObsSpec((8,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=("pick up the bowl", "open the drawer"),
-)
+SPEC = libero_spec(32)
 
 
 def nbytes(state: dict[str, torch.Tensor]) -> int:

@@ -23,7 +23,6 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from rlinf_core.protocols import EnvSpec, ObsSpec
 from rlinf_models._lora_state import merge_lora_state
 from rlinf_models.policies import (
     PolicyConfig,
@@ -33,25 +32,13 @@ from rlinf_models.policies import (
     rollout_state_dict,
     trainable_names,
 )
+from rlinf_models.vla.testing import libero_obs, libero_spec
 
 torch.set_num_threads(1)
 
 MODELS = ["pi0", "pi05", "smolvla", "openvla"]
 # What the tiny checkpoints of rlinf_models.*.testing fit: LIBERO's two cameras, an 8-D state, 7-D actions.
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "rgb": ObsSpec((32, 32, 3), "uint8"),
-        "wrist_rgb": ObsSpec((32, 32, 3), "uint8"),
-        "state": ObsSpec((8,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=("pick up the bowl", "open the drawer"),
-)
+SPEC = libero_spec(32)
 N = 3
 
 
@@ -86,13 +73,7 @@ def _config(kind: str, root: Path, **changes: Any) -> PolicyConfig:
 
 
 def _obs(seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "rgb": torch.randint(0, 256, (N, 32, 32, 3), generator=g, dtype=torch.uint8),
-        "wrist_rgb": torch.randint(0, 256, (N, 32, 32, 3), generator=g, dtype=torch.uint8),
-        "state": torch.randn(N, 8, generator=g),
-        "task_index": torch.tensor([[i % 2] for i in range(N)], dtype=torch.int16),
-    }
+    return libero_obs(N, 32, seed)
 
 
 def _trained_actor(kind: str, root: Path) -> Any:

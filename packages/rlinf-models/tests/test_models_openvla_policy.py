@@ -12,7 +12,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from rlinf_algos import reshape_entropy
-from rlinf_core.protocols import EnvSpec, ObsSpec
 from rlinf_models.openvla import (
     OpenVLAPolicy,
     action_stats,
@@ -27,24 +26,12 @@ from rlinf_models.policies import (
     build_policy,
     rollout_state_dict,
 )
+from rlinf_models.vla.testing import libero_spec
 
 torch.set_num_threads(1)
 
 TASKS = ("pick up the black bowl and place it on the plate", "open the top drawer")
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "rgb": ObsSpec((64, 64, 3), "uint8"),
-        "wrist_rgb": ObsSpec((64, 64, 3), "uint8"),
-        "state": ObsSpec((8,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=TASKS,
-)
+SPEC = libero_spec(64, TASKS)
 N = 4
 
 

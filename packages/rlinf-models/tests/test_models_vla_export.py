@@ -20,7 +20,6 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from rlinf_core.protocols import EnvSpec, ObsSpec
 from rlinf_models.gr00t import load_gr00t
 from rlinf_models.gr00t.testing import make_tiny_gr00t
 from rlinf_models.openvla import load_openvla
@@ -32,35 +31,17 @@ from rlinf_models.policies import PRETRAINED_SUBDIR, PolicyConfig, build_policy,
 from rlinf_models.smolvla import load_smolvla
 from rlinf_models.smolvla.testing import make_tiny_smolvla
 from rlinf_models.vla import plain_state_dict
+from rlinf_models.vla.testing import libero_obs, libero_spec
 
 torch.set_num_threads(1)
 
 TASKS = ("pick up the red block", "put the bowl on the plate")
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "rgb": ObsSpec((64, 64, 3), "uint8"),
-        "wrist_rgb": ObsSpec((64, 64, 3), "uint8"),
-        "state": ObsSpec((8,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=TASKS,
-)
+SPEC = libero_spec(64, TASKS)
 N = 4
 
 
 def _obs(n: int = N, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
-        "wrist_rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
-        "state": torch.randn(n, 8, generator=g),
-        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
-    }
+    return libero_obs(n, 64, seed)
 
 
 def _flow_config(model_type: str, paths: dict[str, Path], **changes: Any) -> PolicyConfig:

@@ -23,28 +23,15 @@ import torch
 pytest.importorskip("transformers")
 
 from rlinf_core.config import AlgorithmConfig
-from rlinf_core.protocols import EnvSpec, ObsSpec
 from rlinf_models import EmbodiedActorConfig, OptimConfig
 from rlinf_models._fsdp import full_model_state_dict, init_distributed, shard_module
 from rlinf_models.embodied import EmbodiedPPOTrainer
 from rlinf_models.policies import PolicyConfig, build_policy
+from rlinf_models.vla.testing import libero_spec
 
 KINDS = ["pi0", "smolvla", "gr00t", "openvla", "openvla_oft"]
 # LIBERO's two cameras, an 8-D state, 7-D actions: what every tiny checkpoint of rlinf_models.*.testing fits.
-SPEC = EnvSpec(
-    obs_shape=(),
-    action_type="continuous",
-    action_dim=7,
-    action_low=(-1.0,) * 7,
-    action_high=(1.0,) * 7,
-    obs_dict={
-        "rgb": ObsSpec((32, 32, 3), "uint8"),
-        "wrist_rgb": ObsSpec((32, 32, 3), "uint8"),
-        "state": ObsSpec((8,)),
-        "task_index": ObsSpec((1,), "int16"),
-    },
-    task_descriptions=("pick up the bowl", "open the drawer"),
-)
+SPEC = libero_spec(32)
 T, E = 2, 4  # rollout steps x envs: 8 samples, 4 per rank
 
 
