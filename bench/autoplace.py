@@ -1,12 +1,13 @@
 """Auto-placement against trying every placement: is the chosen one the fastest, is its predicted time right?
 
-    RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 uv run python bench/autoplace.py CONFIG --slots K [--steps 5] [key=value ...]
+    RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 uv run python bench/autoplace.py CONFIG --slots K [--steps 5]
+        [--profile-steps N] [key=value ...]
 
 1. ``rlinf-autoplace``'s profiling runs and search (timed from here: what the user waits for), for one node of
    ``K`` simulated slots: every valid placement, ranked by predicted step time;
 2. every one of those placements (one per class of equivalent ones) trained ``--steps`` steps with
-   ``runner.profile=true``; its measured step time is the mean of the training step plus its weight sync over
-   the steps after the first, read from its trace the same way the profile is read.
+   ``runner.profile=true``; its measured step time is the median of the training step plus its weight sync
+   over the steps after the first, read from its trace the same way the profile is read.
 
 Prints a table (predicted vs measured per placement) and the two figures of the issue: the chosen placement's
 measured step time over the fastest measured one (target <= 1.10) and its prediction error (target <= 20%).
@@ -45,7 +46,10 @@ def main() -> None:
     parser.add_argument("config", type=Path)
     parser.add_argument("overrides", nargs="*")
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=5, help="steps of each profiling and measuring run")
+    parser.add_argument("--steps", type=int, default=5, help="steps of each measuring run")
+    parser.add_argument(
+        "--profile-steps", type=int, default=None, help="steps of each profiling run (default: --steps)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="keep every run's trace under this directory")
     parser.add_argument("--replay", type=Path, default=None, help="recompute from a --keep directory")
@@ -59,7 +63,9 @@ def main() -> None:
         if args.replay:
             traces = sorted(work.glob("profile_*/trace.json"))
         else:
-            traces = profile_runs(app, args.config, args.overrides, machine, args.steps, work)
+            traces = profile_runs(
+                app, args.config, args.overrides, machine, args.profile_steps or args.steps, work
+            )
         costs, ranked, runs, machine = autoplace(
             app, args.config, args.overrides, machine, traces, top=10_000
         )
@@ -127,6 +133,7 @@ def main() -> None:
             "config": str(args.config),
             "slots": args.slots,
             "steps": args.steps,
+            "profile_steps": args.profile_steps or args.steps,
             "profiled": [
                 {"placement": r.candidate.describe(), "step_s": r.step_s, "calls": dict(r.calls)}
                 for r in runs

@@ -14,6 +14,7 @@ from rlinf_runners.autoplace import (
     Machine,
     SequentialCosts,
     blocks,
+    calibrate,
     candidates,
     canonical,
     fit,
@@ -312,7 +313,8 @@ def test_cli_refuses_bad_arguments(argv: list[str], message: str, capsys: pytest
     ("config", "argv", "message"),
     [
         ("cartpole_ppo", ["--app", "robots"], "allowed: embodied"),
-        ("cartpole_async_ppo", [], "runner.mode=sync"),
+        ("cartpole_async_ppo", [], "runner.mode='async' is not modeled"),
+        ("pendulum_async_sac", [], "supported: runner.mode=sync"),
         ("cartpole_ppo", ["runner.max_epochs=0"], "max_epochs"),
     ],
 )
@@ -324,21 +326,37 @@ def test_cli_refuses_a_bad_config_before_profiling(
     assert message in capsys.readouterr().err
 
 
+def test_profile_runs_refuse_an_async_config_before_running(tmp_path: Path) -> None:
+    """The library entry the bench uses refuses what the model does not cover before any profiling run."""
+    from rlinf_runners.apps import EmbodiedApp
+    from rlinf_runners.autoplace import profile_runs
+
+    app = EmbodiedApp(APPS / "embodied")
+    config = APPS / "embodied" / "config" / "pendulum_async_sac.yaml"
+    with pytest.raises(
+        ValueError, match=r"runner\.mode='async' is not modeled.*supported: runner\.mode=sync"
+    ):
+        profile_runs(app, config, [], Machine(1, 2, 2.0), 3, tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
 def test_effective_cores_come_from_runs_where_ranks_shared_a_node() -> None:
     from rlinf_runners.autoplace import Measured, effective_cores
 
     machine = Machine(1, 2, cores=2.0)
 
-    def run(env: tuple[int, int], cpu_per_wall: float) -> Measured:
+    def run(env: tuple[int, int], cpu_per_wall: float, rollout: float = 1.0) -> Measured:
         c = _cand(actor=(0, 1), rollout=(0, 1), env=env)
         calls = {"env": 0.01, "rollout": 0.001, "actor": 0.1}
-        ratio = {"env": cpu_per_wall, "rollout": 1.0, "actor": 1.0}
+        ratio = {"env": cpu_per_wall, "rollout": rollout, "actor": 1.0}
         return Measured(c, machine, "embodied", calls, ratio, 10.0, 0.0, 1.0, 3)
 
     assert effective_cores([run((0, 1), 0.99)]) is None  # one env process: says nothing about sharing
     # two env processes got 0.87 of a core each: the node gave them 1.74 cores
     assert effective_cores([run((0, 1), 0.99), run((0, 2), 0.87)]) == pytest.approx(1.74)
     assert effective_cores([run((0, 2), 1.5)]) == 2.0  # never more than the node has
+    # never fewer than one process got: the rollout's two threads alone had 1.9 of them
+    assert effective_cores([run((0, 2), 0.87, rollout=1.9)]) == pytest.approx(1.9)
 
 
 def test_cli_refuses_dynamic_scaling_before_profiling(capsys: pytest.CaptureFixture[str]) -> None:
@@ -365,3 +383,107 @@ def test_cli_refuses_an_explicit_pipeline_and_profiles_in_sequence(
     machine = Machine(1, 2, 2.0, True)
     candidate = next(candidates(app.components, machine))
     assert "runner.pipeline=false" in placement_overrides(app, candidate, machine)
+
+
+# ------------------------------------------------------------------ the fitted model gives back its profiles
+SEQUENTIAL = ("actor", "rollout", "reward")
+
+Truth = dict[str, tuple[CallCost, float, float]]
+"""Per component: CPU seconds of a call on one rank, the cores one rank gets alone, the cores several get."""
+
+
+def _contended_run(
+    candidate: Candidate,
+    truth: Truth,
+    *,
+    chunks: int = 0,
+    gap_s: float = 0.3,
+    steps: int = 4,
+    slow: int = 0,
+) -> Timeline:
+    """A run of ``candidate`` on one node where each call's wall time is its CPU time over the cores it got.
+
+    One rank of a component alone gets ``truth[c][1]`` cores (a thread short of a whole core, or several
+    threads), ``n`` ranks at once share ``truth[c][2]`` (collectives, memory). Embodied (``chunks`` > 0): per
+    chunk the env ranks, then the rollout ranks, then the actor; sequential: rollout, reward, actor. Each
+    phase is followed by ``gap_s`` of driver work, each step by a 0.2 s weight sync. In step ``slow`` every
+    call gets half its cores (another tenant's burst).
+    """
+    order = [("env", "env_step"), ("rollout", "inference")] * chunks + [("actor", "actor/run_training")]
+    if not chunks:
+        order = [("rollout", "generate"), ("reward", "reward"), ("actor", "actor/run_training")]
+    names = {c for c, _ in order}
+    spans: dict[str, list[Span]] = {f"{c}:{r}": [] for c in names for r in range(candidate.ranks(c))}
+    driver: list[Span] = []
+    t = 0.0
+    for step in range(1, steps + 1):
+        driver.append(Span("sync_weights", "compute", t, 0.2e6, "main"))
+        t += 0.2e6
+        start = t
+        for component, name in order:
+            n = candidate.ranks(component)
+            cost, alone, together = truth[component]
+            cpu = cost.seconds(1.0 / n) * 1e6
+            wall = cpu / (alone if n == 1 else min(alone, together / n)) * (2.0 if step == slow else 1.0)
+            for r in range(n):
+                spans[f"{component}:{r}"].append(Span(name, "compute", t, wall, "main", cpu))
+            t += wall + gap_s * 1e6
+        driver.append(Span(f"train_step {step}", "compute", start, t - start, "main"))
+    timeline = Timeline()
+    for label, s_ in spans.items():
+        timeline.add(ProcessTrace(label, "node", 1, tuple(s_)))
+    timeline.add(ProcessTrace(DRIVER, "node", 1, tuple(driver)))
+    return timeline
+
+
+_SEQ_TRUTH: Truth = {
+    "rollout": (CallCost(1.0, 20.0), 1.8, 1.7),  # two torch threads alone; two ranks share 1.7 cores
+    "reward": (CallCost(0.2, 0.4), 0.9, 1.6),  # one thread that does not get a whole core
+    "actor": (CallCost(2.0, 30.0), 1.6, 1.1),  # two FSDP ranks wait on each other's collectives
+}
+_EMB_TRUTH: Truth = {
+    "env": (CallCost(0.002, 0.03), 0.8, 1.7),  # a simulator thread that Ray's threads take a part of
+    "rollout": (CallCost(0.004, 0.02), 1.5, 1.6),  # two inference ranks of two threads each on two cores
+    "actor": (CallCost(0.05, 0.3), 1.4, 1.4),
+}
+
+
+@pytest.mark.parametrize("profiles", [1, 2], ids=["one-profile", "two-profiles"])
+@pytest.mark.parametrize("kind", ["sequential", "embodied"])
+def test_the_fitted_model_predicts_each_profiled_placement_as_measured(kind: str, profiles: int) -> None:
+    """The two profiles autoplace runs (one slot; a node's two slots) on a two-core node: predicting a profiled
+    placement gives back the step time measured in its profile, whatever the contention its processes met."""
+    machine = Machine(1, 2, cores=2.0)
+    if kind == "sequential":
+        truth, chunks, gap, components = _SEQ_TRUTH, 0, 0.3, SEQUENTIAL
+    else:
+        truth, chunks, gap, components = _EMB_TRUTH, 6, 0.005, EMBODIED
+    one = Candidate(tuple((c, (0, 1)) for c in components))
+    two = Candidate(tuple((c, (0, 1) if c == "actor" and kind == "embodied" else (0, 2)) for c in components))
+    placements = [one, two][:profiles]
+    runs = [
+        measure(_contended_run(c, truth, chunks=chunks, gap_s=gap), c, machine, kind)  # type: ignore[arg-type]
+        for c in placements
+    ]
+    runs, calibrated = calibrate(runs, machine)
+    costs = fit(runs)
+    for c, run in zip(placements, runs, strict=True):
+        assert predict(c, costs, calibrated) == pytest.approx(run.step_s, rel=0.01), c.describe()
+    if profiles == 2:  # the profiles' gaps (driver work) are alike: the constant is them
+        assert costs.overhead_s == pytest.approx(gap * (3 if kind == "sequential" else 13), rel=0.01)
+
+
+def test_measure_takes_the_median_step() -> None:
+    """A step slowed by another tenant's burst (its calls got half the cores) does not move the figures."""
+    machine = Machine(1, 2, cores=2.0)
+    c = Candidate(tuple((g, (0, 1)) for g in SEQUENTIAL))
+    steady = measure(_contended_run(c, _SEQ_TRUTH), c, machine, "sequential")
+    run = measure(_contended_run(c, _SEQ_TRUTH, slow=3), c, machine, "sequential")
+    assert run.steps == steady.steps == 3  # the first of four steps is left out
+    assert run.step_s == pytest.approx(steady.step_s)
+    assert run.calls == pytest.approx(dict(steady.calls))
+    assert run.cpu_per_wall == pytest.approx(dict(steady.cpu_per_wall))
+    # the mean of the three steps would have counted the burst
+    assert measure(_contended_run(c, _SEQ_TRUTH, slow=3, steps=3), c, machine, "sequential").step_s > (
+        1.2 * steady.step_s
+    )

@@ -9,13 +9,14 @@ the report). See ``docs/autoplace.md``.
 from ._cli import (
     Placement,
     autoplace,
+    check_modeled,
     main,
     placement_overrides,
     profile_overrides,
     profile_runs,
     resolve_app,
 )
-from ._fit import Measured, candidate_from_metadata, effective_cores, fit, measure
+from ._fit import Measured, calibrate, candidate_from_metadata, effective_cores, fit, measure
 from ._model import (
     CallCost,
     Candidate,
@@ -39,9 +40,11 @@ __all__ = [
     "SequentialCosts",
     "autoplace",
     "blocks",
+    "calibrate",
     "candidate_from_metadata",
     "candidates",
     "canonical",
+    "check_modeled",
     "effective_cores",
     "fit",
     "main",

@@ -20,12 +20,13 @@ from typing import Any
 
 import attrs
 
-from ._fit import Measured, candidate_from_metadata, effective_cores, fit, measure
+from ._fit import Measured, calibrate, candidate_from_metadata, fit, measure
 from ._model import Candidate, EmbodiedCosts, Machine, SequentialCosts, candidates, canonical, rank_candidates
 
 __all__ = [
     "Placement",
     "autoplace",
+    "check_modeled",
     "main",
     "placement_overrides",
     "profile_overrides",
@@ -106,6 +107,33 @@ class _Checker:
         return None
 
 
+def check_modeled(app: Any, cfg: Any) -> None:
+    """Refuse a loaded config whose steps the model does not describe, naming the field and what it covers.
+
+    Raises:
+        ValueError: an asynchronous embodied runner (``runner.mode: async``, asynchronous PPO or SAC: rollout
+            and training overlap across steps), an explicitly pipelined reasoning / agent step
+            (``runner.pipeline: true``), or dynamic scaling (``runner.dynamic_scaling: true``).
+    """
+    runner = cfg.runner
+    if app.name == "embodied" and runner.mode != "sync":
+        raise ValueError(
+            f"auto-placement models the synchronous embodied runner only: runner.mode={runner.mode!r} is not "
+            "modeled (its rollout and training overlap across steps); supported: runner.mode=sync (set it to "
+            "place the synchronous counterpart of this config)"
+        )
+    if app.name != "embodied" and runner.pipeline:
+        raise ValueError(
+            "auto-placement models phases run in sequence: set runner.pipeline=null (a disaggregated "
+            "placement it prints then runs pipelined, which overlaps them) or false"
+        )
+    if runner.dynamic_scaling:
+        raise ValueError(
+            "auto-placement models static placements: set runner.dynamic_scaling=false (dynamic scaling "
+            "then applies to a disaggregated placement it prints)"
+        )
+
+
 def profile_overrides(log_path: Path, steps: int, app: Any) -> list[str]:
     """Overrides of a profiling run: ``steps`` steps, traced, no evaluation or checkpoint, logs in ``log_path``."""
     out = [
@@ -128,9 +156,14 @@ def profile_overrides(log_path: Path, steps: int, app: Any) -> list[str]:
 def profile_runs(
     app: Any, config: Path, overrides: Sequence[str], machine: Machine, steps: int, work_dir: Path
 ) -> list[Path]:
-    """Profile the config on one slot and on a node's slots, ``steps`` steps each; returns their traces."""
+    """Profile the config on one slot and on a node's slots, ``steps`` steps each; returns their traces.
+
+    Raises:
+        ValueError: the config is one the model does not cover (:func:`check_modeled`), before any run.
+    """
     from .. import apps as apps_mod
 
+    check_modeled(app, app.load_config(config, list(overrides)))
     components = tuple(app.components)
     check = _Checker(app, config, overrides)
     stages = _config_stages(app, config, overrides)
@@ -208,12 +241,8 @@ def autoplace(
         node_cores = float(other.get("driver_cpu_count") or machine.cores)
         profiled_on = Machine(1, per_node, min(node_cores, machine.cores), machine.simulated)
         runs.append(measure(timeline, candidate, profiled_on, kind))  # type: ignore[arg-type]
-    cores = effective_cores(runs) if calibrate_cores else None
-    if cores is not None:  # what the profiled processes got of a node
-        machine = attrs.evolve(machine, cores=min(cores, machine.cores))
-        runs = [
-            attrs.evolve(r, machine=attrs.evolve(r.machine, cores=min(cores, r.machine.cores))) for r in runs
-        ]
+    if calibrate_cores:  # what the profiled processes got of a node
+        runs, machine = calibrate(runs, machine)
     costs = fit(runs)
     stages = STAGE_OPTIONS if kind == "embodied" else (1,)
     ranked = rank_candidates(list(candidates(components, machine, stages)), costs, machine)
@@ -293,19 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         app = resolve_app(args.config, args.app)
-        app.load_config(args.config, args.overrides)  # a bad config fails here, before any profiling
-        if app.name == "embodied" and app.load_config(args.config, args.overrides).runner.mode != "sync":
-            raise ValueError("auto-placement models the synchronous runner: set runner.mode=sync")
-        if app.name != "embodied" and app.load_config(args.config, args.overrides).runner.pipeline:
-            raise ValueError(
-                "auto-placement models phases run in sequence: set runner.pipeline=null (a disaggregated "
-                "placement it prints then runs pipelined, which overlaps them) or false"
-            )
-        if app.load_config(args.config, args.overrides).runner.dynamic_scaling:
-            raise ValueError(
-                "auto-placement models static placements: set runner.dynamic_scaling=false (dynamic scaling "
-                "then applies to a disaggregated placement it prints)"
-            )
+        # a bad config, or one the model does not cover, fails here, before any profiling
+        check_modeled(app, app.load_config(args.config, args.overrides))
         machine = Machine(
             args.nodes,
             args.accelerators_per_node,

@@ -2,11 +2,16 @@
 
 A profiled run (``runner.profile: true``) leaves ``trace.json``: every rank's phases as spans, and the driver's
 ``train_step N`` / ``sync_weights`` spans that delimit steps; each span carries the CPU time its process used.
-:func:`measure` reads one run: per call of each component its mean CPU seconds and how many cores' worth it
-ran at once (CPU over busy wall time), the chunk steps per training step, the weight sync and the step time.
+:func:`measure` reads one run's median step (the steps after the first; on a shared machine a step disturbed by
+another tenant's burst is only ever slower, so the middle of the steps and not their mean is the run's steady
+state): per call of each component its mean CPU seconds in those steps and how many cores' worth it ran at
+once (CPU over busy wall time), the chunk steps per training step, the weight sync and the step time.
 :func:`fit` turns the measurements of one or more runs into call costs (``fixed_s + split_s * share`` CPU
-seconds, least squares over the runs' different shares; one run: all of it split; the parallelism of the
-least contended run) and a constant overhead (what the runs' steps took beyond the model).
+seconds, least squares over the runs' different shares; one run: all of it split), each call's parallelism
+from the runs where the fewest of its ranks shared a node, the part of a node's cores several of its ranks got
+together from the runs where they did (``node_share``), and a constant overhead (what the runs' steps took
+beyond the model). A profiled placement's phases are thus predicted as they were measured, and its step time
+as measured up to the spread of the runs' overheads.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -22,7 +28,7 @@ from rlinf_scheduler import DRIVER, Span, Timeline
 
 from ._model import CallCost, Candidate, EmbodiedCosts, Machine, SequentialCosts, _per_node, predict
 
-__all__ = ["Measured", "candidate_from_metadata", "effective_cores", "fit", "measure"]
+__all__ = ["Measured", "calibrate", "candidate_from_metadata", "effective_cores", "fit", "measure"]
 
 Kind = Literal["embodied", "sequential"]
 
@@ -48,9 +54,10 @@ class Measured:
     """Chunk steps per training step (embodied)."""
     sync_s: float
     step_s: float
-    """Mean measured step: the training step plus its weight sync."""
+    """Median measured step: the training step plus its weight sync."""
     steps: int
-    """Steps measured (the first step of the run is left out when there are more)."""
+    """Steps measured (the first step of the run is left out when there are more); the per-call figures are
+    those of the median one (the two middle ones when even)."""
 
 
 def candidate_from_metadata(
@@ -107,8 +114,10 @@ def measure(timeline: Timeline, candidate: Candidate, machine: Machine, kind: Ki
         raise ValueError("the trace has no 'train_step' span of the driver (profile at least one step)")
     if len(windows) > 1:
         windows = windows[1:]  # the first step pays one-off costs (channels, warm-up)
+    measured = len(windows)
+    windows = _middle(windows)
     syncs = sorted((s for s in driver if s.name == "sync_weights"), key=lambda s: s.start_us)
-    sync_s = _mean([s.dur_us for s in (syncs[1:] or syncs)]) / 1e6 if syncs else 0.0
+    sync_s = statistics.median(s.dur_us for s in (syncs[1:] or syncs)) / 1e6 if syncs else 0.0
     step_s = _mean([w.dur_us for w in windows]) / 1e6 + sync_s
     busy = _Busy(timeline)
     by_group: dict[str, list[str]] = {}
@@ -136,7 +145,7 @@ def measure(timeline: Timeline, candidate: Candidate, machine: Machine, kind: Ki
             calls[group], ratio[group] = _phase_costs(
                 timeline, busy, by_group.get(group, []), windows, machine
             )
-    return Measured(candidate, machine, kind, calls, ratio, chunks, sync_s, step_s, len(windows))
+    return Measured(candidate, machine, kind, calls, ratio, chunks, sync_s, step_s, measured)
 
 
 def effective_cores(runs: Sequence[Measured]) -> float | None:
@@ -145,7 +154,7 @@ def effective_cores(runs: Sequence[Measured]) -> float | None:
     In a run where ``n`` ranks of the main CPU consumer (the env; generation for reasoning) share a node, their
     CPU seconds per wall-clock second add up to the cores they had: fewer than the node's when other
     processes (the rollout, Ray's own, other tenants) take a part. The mean over such runs, at most the
-    node's cores.
+    node's cores, and at least what any one process of any run got (the node had that many).
     """
     estimates = []
     for run in runs:
@@ -154,7 +163,22 @@ def effective_cores(runs: Sequence[Measured]) -> float | None:
         ratio = run.cpu_per_wall.get(group, -1.0)
         if procs >= 2 and ratio > 0:
             estimates.append(min(run.machine.cores, procs * ratio))
-    return _mean(estimates) if estimates else None
+    if not estimates:
+        return None
+    alone = max(ratio for run in runs for ratio in run.cpu_per_wall.values())
+    return min(max(run.machine.cores for run in runs), max(_mean(estimates), alone))
+
+
+def calibrate(runs: Sequence[Measured], machine: Machine) -> tuple[list[Measured], Machine]:
+    """``runs`` and ``machine`` with a node's cores set to what the profiled processes got of it.
+
+    The cores are :func:`effective_cores` (unchanged where no run tells), at most each machine's own.
+    """
+    cores = effective_cores(runs)
+    if cores is None:
+        return list(runs), machine
+    out = [attrs.evolve(r, machine=attrs.evolve(r.machine, cores=min(cores, r.machine.cores))) for r in runs]
+    return out, attrs.evolve(machine, cores=min(cores, machine.cores))
 
 
 def fit(runs: Sequence[Measured]) -> EmbodiedCosts | SequentialCosts:
@@ -172,7 +196,7 @@ def fit(runs: Sequence[Measured]) -> EmbodiedCosts | SequentialCosts:
 
     def cost(group: str, share: Callable[[Measured], float]) -> CallCost:
         call = _fit_call([(share(r), r.calls[group]) for r in runs])
-        return attrs.evolve(call, parallelism=max(1.0, *(r.cpu_per_wall[group] for r in runs)))
+        return attrs.evolve(call, **_concurrency(runs, group))
 
     costs: EmbodiedCosts | SequentialCosts
     if kind == "embodied":
@@ -191,6 +215,35 @@ def fit(runs: Sequence[Measured]) -> EmbodiedCosts | SequentialCosts:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def _concurrency(runs: Sequence[Measured], group: str) -> dict[str, Any]:
+    """``parallelism`` and ``node_share`` of ``group``'s calls, as the runs measured them.
+
+    The parallelism is the CPU over busy wall time of the runs where the fewest of the group's ranks shared a
+    node: one rank alone, it is what the call got (below 1 when another process took part of its core, as it
+    will again); several, the contention is taken out through ``node_share``, and a call alone gets at least
+    one core. ``node_share``: what ``n >= 2`` ranks busy on one node got together (``n`` times the CPU over
+    wall time of each), over the node's cores, averaged over the runs where that happened. With both, the
+    model gives each run's calls the wall time they took in it (no CPU times recorded: one core, none).
+    """
+    measured = [(_per_node(r.candidate, group, r.machine), r) for r in runs if r.cpu_per_wall[group] > 0]
+    if not measured:
+        return {"parallelism": 1.0, "node_share": None}
+    fewest = min(n for n, _ in measured)
+    parallelism = _mean([r.cpu_per_wall[group] for n, r in measured if n == fewest])
+    if fewest > 1:
+        parallelism = max(1.0, parallelism)
+    shares = [n * r.cpu_per_wall[group] / r.machine.cores for n, r in measured if n > 1]
+    return {"parallelism": parallelism, "node_share": _mean(shares) if shares else None}
+
+
+def _middle(windows: Sequence[Span]) -> list[Span]:
+    """The median step by duration (the two middle ones when even), in time order."""
+    ranked = sorted(windows, key=lambda w: w.dur_us)
+    half = len(ranked) // 2
+    middle = ranked[half - 1 : half + 1] if len(ranked) % 2 == 0 else ranked[half : half + 1]
+    return sorted(middle, key=lambda w: w.start_us)
+
+
 def _rank_share(run: Measured, group: str) -> float:
     return 1.0 / run.candidate.ranks(group)
 

@@ -10,7 +10,8 @@ runs (:mod:`rlinf_runners.autoplace._fit`):
   threads' worth of it at once (a physics engine's worker threads, torch's intra-op threads): alone, it takes
   ``cpu / parallelism`` seconds;
 - a node's ``cores`` bound what runs at once: a phase takes at least the CPU seconds its busy processes need
-  on the node over its cores;
+  on the node over its cores (over the part of them that several ranks of the component got together when
+  profiled, ``node_share``);
 - embodied steps alternate env and rollout once per chunk step and stage, then the actor trains. With two or
   more pipeline stages env and rollout overlap, one stage simulating while the other is inferred — on real
   accelerators only when they do not share a slot (a slot runs one thing at a time); on simulated slots,
@@ -47,8 +48,15 @@ class CallCost:
 
     fixed_s: float = attrs.field(validator=attrs.validators.ge(0.0))
     split_s: float = attrs.field(validator=attrs.validators.ge(0.0))
-    parallelism: float = attrs.field(default=1.0, validator=attrs.validators.ge(1.0))
-    """CPU seconds per wall-clock second of the call when it has the cores to itself."""
+    parallelism: float = attrs.field(default=1.0, validator=attrs.validators.gt(0.0))
+    """CPU seconds per wall-clock second of one rank's call with no other rank of its component on the node
+    (below 1 when even one thread did not get a whole core)."""
+    node_share: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.gt(0.0))
+    )
+    """With several ranks of the component busy on one node: the CPU seconds per wall-clock second they got
+    together, as a part of the node's cores (measured where several shared a node: ranks that wait on each
+    other's collectives or on memory turn fewer of the cores into CPU time); ``None``: all of them."""
 
     def seconds(self, share: float) -> float:
         """CPU seconds of one call."""
@@ -186,7 +194,10 @@ def _per_node(candidate: Candidate, component: str, machine: Machine) -> int:
 
 def _phase(cost: CallCost, share: float, processes: int, machine: Machine) -> float:
     """Wall seconds of ``processes`` ranks each making the call at once on one node."""
-    return max(cost.wall(share), processes * cost.seconds(share) / machine.cores)
+    cores = machine.cores
+    if processes > 1 and cost.node_share is not None:
+        cores *= cost.node_share
+    return max(cost.wall(share), processes * cost.seconds(share) / cores)
 
 
 def _shared_nodes(candidate: Candidate, a: str, b: str, machine: Machine) -> bool:
