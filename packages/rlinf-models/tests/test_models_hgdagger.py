@@ -65,6 +65,35 @@ def test_a_new_episode_starts_under_the_learner_and_batches_keep_their_own_state
         DiscrepancyGate(0.5, 0.6)
 
 
+def test_gate_state_round_trips_through_a_pickle_and_continues_identically() -> None:
+    import pickle
+
+    gate = DiscrepancyGate(0.5, 0.2)
+    gate.step(torch.tensor([0.9, 0.1, 0.6]), key=0)
+    gate.step(torch.tensor([0.1, 0.9]), key=1)
+    raw = gate.state_dict()
+    state = pickle.loads(pickle.dumps(raw))
+    restored = DiscrepancyGate(0.5, 0.2)
+    restored.load_state_dict(state)
+    fresh = DiscrepancyGate(0.5, 0.2)
+    for key in (0, 1):
+        held, back = gate.in_control(key), restored.in_control(key)
+        assert held is not None and back is not None
+        assert torch.equal(back, held)
+    # Between the thresholds: the restored gate keeps the expert where it held control, as the original does.
+    d = torch.tensor([0.3, 0.3, 0.3])
+    want = gate.step(d, key=0)
+    got = restored.step(d, key=0)
+    assert torch.equal(got.control, want.control) and torch.equal(got.takeovers, want.takeovers)
+    assert want.control.tolist() == [True, False, True]
+    assert fresh.step(d, key=0).control.tolist() == [False, False, False]  # what a resume without it did
+    # The saved state is a copy: stepping the gate afterwards leaves it as it was.
+    gate.step(torch.tensor([0.1, 0.1, 0.1]), key=0)
+    assert raw["control"][0].tolist() == [True, False, True]
+    with pytest.raises(ValueError, match=r"DiscrepancyGate state must be \{'control'"):
+        restored.load_state_dict({"control": {0: torch.zeros(2)}})
+
+
 def test_discrepancy_is_the_mean_step_norm_of_the_chunk() -> None:
     learner = torch.zeros(2, 2, 2)
     expert = torch.tensor([[[0.3, 0.4], [0.0, 0.0]], [[1.0, 0.0], [0.0, -1.0]]])

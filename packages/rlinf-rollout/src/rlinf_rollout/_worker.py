@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any, Literal
 
@@ -150,14 +151,18 @@ class EmbodiedRolloutWorker(Worker):
         self.policy.to(_device())
 
     def save_checkpoint(self, path: str) -> None:
-        """Write this rank's RNG states to ``<path>/rollout/rng_rank<R>.pkl`` atomically (call it on every rank).
+        """Write this rank's state under ``<path>/rollout/`` atomically (call it on every rank).
 
-        Training actions are sampled from torch's global generator; the weights are the actor's to save.
+        ``rng_rank<R>.pkl``: the RNG states (training actions are sampled from torch's global generator; the
+        weights are the actor's to save). With HG-DAgger's ``gating: discrepancy`` also ``gate_rank<R>.pkl``: who
+        controls each env's episode in progress (:meth:`DiscrepancyGate.state_dict`).
         """
         atomic_write_bytes(self._rng_file(path), capture_rng_state())
+        if self.gate is not None:
+            atomic_write_bytes(self._gate_file(path), pickle.dumps(self.gate.state_dict()))
 
     def load_checkpoint(self, path: str) -> None:
-        """Restore the RNG states :meth:`save_checkpoint` wrote.
+        """Restore the states :meth:`save_checkpoint` wrote.
 
         A checkpoint without them (an older one, or one written with fewer rollout ranks) keeps the current
         state, with a warning.
@@ -169,9 +174,22 @@ class EmbodiedRolloutWorker(Worker):
             self.log_warning(
                 "no rollout RNG state at %s: sampled actions differ from an uninterrupted run", file
             )
+        if self.gate is None:
+            return
+        gate = self._gate_file(path)
+        if gate.is_file():
+            self.gate.load_state_dict(pickle.loads(gate.read_bytes()))
+        else:
+            self.log_warning(
+                "no HG-DAgger gate state at %s: the episodes in progress continue under the learner's control",
+                gate,
+            )
 
     def _rng_file(self, path: str) -> Path:
         return Path(path) / CHECKPOINT_SUBDIR / f"rng_rank{self.rank}.pkl"
+
+    def _gate_file(self, path: str) -> Path:
+        return Path(path) / CHECKPOINT_SUBDIR / f"gate_rank{self.rank}.pkl"
 
     def generate(
         self,

@@ -17,7 +17,8 @@ risk threshold; this module keeps the ensemble-free part: the discrepancy at the
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 import attrs
 import torch
@@ -91,6 +92,29 @@ class DiscrepancyGate:
     def in_control(self, key: Hashable = 0) -> torch.Tensor | None:
         """``[N]`` bool: who holds control of batch ``key`` now (``None`` before its first step)."""
         return self._control.get(key)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Who holds control of each batch (``{"control": {key: [N] bool}}``), picklable.
+
+        A run checkpointed mid-episode saves it with the envs' episodes so that a resume continues each episode
+        under the same controller.
+        """
+        return {"control": {k: v.clone() for k, v in self._control.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the batches it does not name start afresh).
+
+        Raises:
+            ValueError: if ``state`` has no ``control`` mapping of ``[N]`` bool tensors.
+        """
+        control = state.get("control")
+        if not isinstance(control, Mapping) or not all(
+            isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.dim() == 1 for v in control.values()
+        ):
+            raise ValueError(
+                f"DiscrepancyGate state must be {{'control': {{key: [N] bool tensor}}}}, got {state!r}"
+            )
+        self._control = {k: v.clone() for k, v in control.items()}
 
 
 def count_takeovers(
