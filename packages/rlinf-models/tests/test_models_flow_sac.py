@@ -123,7 +123,7 @@ def test_actor_loss_falls_on_a_fixed_batch() -> None:
     obs = torch.randn(32, 3)
     actor_losses = []
     for _ in range(60):
-        out = trainer._actor_step(obs)
+        out, _ = trainer._actor_step(obs)
         actor_losses.append(float(out["sac/actor_loss"]))
     assert sum(actor_losses[-10:]) / 10 < sum(actor_losses[:10]) / 10
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import pytest
 import torch
+from rlinf_algos.offpolicy import soft_target_update
 from rlinf_core.config import AlgorithmConfig, DemoBufferConfig, EntropyTuningConfig, ReplayBufferConfig
 from rlinf_core.protocols import EnvSpec
 from rlinf_models import EmbodiedActorConfig, OptimConfig
+from rlinf_models.actor import adamw
 from rlinf_models.offpolicy import SACTrainer
 from rlinf_models.policies import (
     BatchRenorm1d,
@@ -223,3 +225,139 @@ def test_cnn_encoder_for_image_observations() -> None:
     )
     assert tr.buffer.sample(3)["obs"].dtype == torch.uint8  # images stay uint8 in the buffer
     assert tr.update(2)["sac/num_updates"] == 2.0
+
+
+def _looped(q: QEnsemble) -> QEnsemble:
+    """A copy of ``q`` that computes its heads one by one (the reference for the batched path)."""
+    ref = copy.deepcopy(q)
+    ref.batched_heads = False
+    return ref
+
+
+@pytest.mark.parametrize(
+    ("heads", "hidden", "activation"),
+    [(2, (256, 256), "relu"), (3, (16, 8, 4), "tanh"), (5, (16,), "relu"), (2, (), "relu")],
+)
+def test_batched_q_heads_match_the_loop_over_heads(
+    heads: int, hidden: tuple[int, ...], activation: Literal["tanh", "relu", "gelu"]
+) -> None:
+    torch.manual_seed(0)
+    model = attrs.evolve(MODEL, num_q_heads=heads, hidden_sizes=hidden, activation=activation)
+    q = QEnsemble(SPEC, model)
+    assert q.batched_heads
+    ref = _looped(q)
+    obs = torch.randn(64, 3)
+    actions = (torch.rand(64, 2, 2) * 2 - 1).requires_grad_(True)
+    ref_actions = actions.detach().clone().requires_grad_(True)
+    out, want = q(obs, actions), ref(obs, ref_actions)
+    assert out.shape == want.shape == (64, heads)
+    assert torch.allclose(out, want, atol=1e-6, rtol=1e-6)
+    weights = torch.randn(64, heads)
+    (out * weights).sum().backward()
+    (want * weights).sum().backward()
+    assert actions.grad is not None and ref_actions.grad is not None
+    assert torch.allclose(actions.grad, ref_actions.grad, atol=1e-6, rtol=1e-6)
+    for (name, p), r in zip(q.named_parameters(), ref.parameters(), strict=True):
+        assert p.grad is not None and r.grad is not None, name
+        assert torch.allclose(p.grad, r.grad, atol=1e-6, rtol=1e-6), name
+
+
+def test_q_heads_keep_their_layout_and_loop_where_batching_does_not_apply() -> None:
+    q = QEnsemble(SPEC, attrs.evolve(MODEL, hidden_sizes=(16, 8)))
+    # the checkpoint layout of the looped heads: checkpoints of either path load into the other
+    assert [k for k in q.state_dict() if k.startswith("heads.0.")] == [
+        "heads.0.0.weight",
+        "heads.0.0.bias",
+        "heads.0.2.weight",
+        "heads.0.2.bias",
+        "heads.0.4.weight",
+        "heads.0.4.bias",
+    ]
+    _looped(q).load_state_dict(q.state_dict())
+    assert not QEnsemble(SPEC, attrs.evolve(MODEL, q_layer_norm=True)).batched_heads
+    assert not QEnsemble(SPEC, MODEL, batch_renorm=True).batched_heads
+    assert not QEnsemble(SPEC, attrs.evolve(MODEL, num_q_heads=1)).batched_heads
+
+
+def _reference_step(tr: SACTrainer) -> None:
+    """The trainer as it was before its step was made faster: looped heads, for-loop AdamW, pairwise update."""
+    optim = ACTOR.optim
+    tr.actor_optimizer = adamw(tr.policy.parameters(), optim)  # torch's default: a for-loop on the CPU
+    tr.critic_optimizer = adamw(tr.critic.parameters(), optim)
+    assert tr.target_critic is not None
+    tr.critic.batched_heads = tr.target_critic.batched_heads = False
+    target = tr.target_critic
+
+    def pairwise() -> None:
+        for t, s in zip(target.parameters(), tr.critic.parameters(), strict=True):
+            soft_target_update([t], [s], tau=tr.algorithm.tau)
+
+    tr._target_update = pairwise  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("hidden", [(16,), (32, 32)])
+def test_fast_step_is_the_reference_step(hidden: tuple[int, ...]) -> None:
+    model = attrs.evolve(MODEL, hidden_sizes=hidden)
+    fast, ref = _trainer(_alg(tau=0.1), model), _trainer(_alg(tau=0.1), model)
+    assert all(g["fused"] for o in (fast.actor_optimizer, fast.critic_optimizer) for g in o.param_groups)
+    _reference_step(ref)
+    _fill(fast)
+    _fill(ref)
+    rng = torch.get_rng_state()
+    mf = fast.update(5)
+    torch.set_rng_state(rng)
+    mr = ref.update(5)
+    assert mf.keys() == mr.keys()
+    assert all(mf[k] == pytest.approx(mr[k], abs=1e-6) for k in mf)
+    for x, y in (
+        (fast.policy, ref.policy),
+        (fast.critic, ref.critic),
+        (fast.target_critic, ref.target_critic),
+    ):
+        assert x is not None and y is not None
+        for k, v in x.state_dict().items():
+            assert torch.allclose(v, y.state_dict()[k], atol=1e-6, rtol=0), k
+
+
+def test_target_update_is_bitwise_the_pairwise_update() -> None:
+    tr = _trainer(_alg(tau=0.3))
+    assert tr.target_critic is not None
+    with torch.no_grad():
+        for p in tr.critic.parameters():
+            p.add_(torch.randn_like(p))
+    want = copy.deepcopy(tr.target_critic)
+    soft_target_update(want.parameters(), tr.critic.parameters(), tau=0.3)
+    tr._target_update()
+    assert all(
+        torch.equal(a, b) for a, b in zip(tr.target_critic.parameters(), want.parameters(), strict=True)
+    )
+
+
+def test_optimizer_state_of_a_for_loop_adamw_loads_and_stays_fused() -> None:
+    old = _trainer(_alg())
+    _reference_step(old)  # what a checkpoint written before the fused optimizer holds
+    _fill(old)
+    old.update(3)
+    state = copy.deepcopy(old.optimizer_state_dict())
+    assert not any(g["fused"] for g in state["critic"]["param_groups"])
+    new = _trainer(_alg())
+    new.load_critic_state_dict(copy.deepcopy(old.critic_state_dict()))
+    new.policy.load_state_dict(old.policy.state_dict())
+    new.load_optimizer_state_dict(state)
+    for opt in (new.actor_optimizer, new.critic_optimizer):
+        assert all(g["fused"] for g in opt.param_groups)
+    for opt_new, opt_old in (
+        (new.actor_optimizer, old.actor_optimizer),
+        (new.critic_optimizer, old.critic_optimizer),
+    ):
+        for p_new, p_old in zip(
+            opt_new.param_groups[0]["params"], opt_old.param_groups[0]["params"], strict=True
+        ):
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                assert torch.equal(opt_new.state[p_new][key], opt_old.state[p_old][key])
+    new.load_counters(copy.deepcopy(old.counters()))
+    rng = torch.get_rng_state()
+    mn = new.update(2)
+    torch.set_rng_state(rng)
+    mo = old.update(2)
+    assert all(mn[k] == pytest.approx(mo[k], abs=1e-6) for k in mn)

@@ -330,10 +330,14 @@ def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float | None) -
     return float(full() if callable(full) else norm)
 
 
-def adamw(params: Iterable[Any], optim: OptimConfig, *, lr: float | None = None) -> torch.optim.AdamW:
+def adamw(
+    params: Iterable[Any], optim: OptimConfig, *, lr: float | None = None, fused: bool | None = None
+) -> torch.optim.AdamW:
     """AdamW with ``actor.optim``'s betas, epsilon and weight decay over ``params`` (tensors or param groups).
 
-    ``lr``: the learning rate of groups that set none (default ``optim.lr``).
+    ``lr``: the learning rate of groups that set none (default ``optim.lr``). ``fused``: torch's fused kernel
+    (one kernel over every parameter; the same update up to the order of float operations; ``None``: torch's
+    default implementation). The state layout is the same either way, so checkpoints load across the choice.
     """
     return torch.optim.AdamW(
         params,
@@ -341,6 +345,7 @@ def adamw(params: Iterable[Any], optim: OptimConfig, *, lr: float | None = None)
         betas=(optim.adam_beta1, optim.adam_beta2),
         eps=optim.adam_eps,
         weight_decay=optim.weight_decay,
+        fused=fused,
     )
 
 

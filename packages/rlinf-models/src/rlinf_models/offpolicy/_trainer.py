@@ -193,8 +193,12 @@ class SACTrainer:
         self._aug_keys = _augmented_keys(spec, actor.model.image_aug)
         self.aug_pad = actor.model.image_aug_pad
         optim = actor.optim
-        self.actor_optimizer = adamw(policy.parameters(), optim)
-        self.critic_optimizer = adamw(self.critic.parameters(), optim, lr=optim.value_lr or optim.lr)
+        # torch's fused AdamW on one rank (the sharded parameters of several keep torch's default kernels)
+        self._fused_adamw = True if world_size == 1 and self.device.type in ("cpu", "cuda") else None
+        self.actor_optimizer = adamw(policy.parameters(), optim, fused=self._fused_adamw)
+        self.critic_optimizer = adamw(
+            self.critic.parameters(), optim, lr=optim.value_lr or optim.lr, fused=self._fused_adamw
+        )
         tuning = algorithm.entropy_tuning
         self.alpha_type = tuning.alpha_type
         init = sac_alpha_param_init(tuning.initial_alpha, alpha_type=tuning.alpha_type)
@@ -288,28 +292,52 @@ class SACTrainer:
         return shift_images(obs, self._aug_keys or (), self.aug_pad, draw)
 
     def _step(self) -> dict[str, torch.Tensor]:
+        batch = self._sample()
+        metrics = self._critic_step(batch)
+        self.update_steps += 1
+        if self.update_steps % self.algorithm.critic_actor_ratio == 0:
+            actor_metrics, logp = self._actor_step(batch["obs"])
+            metrics.update(actor_metrics)
+            metrics.update(self._alpha_step(logp))
+        if self.target_critic is not None and self.update_steps % self.algorithm.target_update_freq == 0:
+            self._target_update()
+        return metrics
+
+    def _sample(self) -> dict[str, Any]:
+        """This rank's rows of a sampled batch, on :attr:`device`, images shifted when ``image_aug`` is on."""
         lo, hi = self.rank * self.rows, (self.rank + 1) * self.rows
-        batch = obs_map(
+        batch: dict[str, Any] = obs_map(
             lambda v: v[lo:hi].to(self.device, non_blocking=True), self.sampler.sample(self.batch_size)
         )
         if self._aug_keys is not None:
             batch["obs"] = self._augment(batch["obs"])
             batch["next_obs"] = self._augment(batch["next_obs"])
-        metrics = self._critic_step(batch)
-        self.update_steps += 1
-        if self.update_steps % self.algorithm.critic_actor_ratio == 0:
-            metrics.update(self._actor_step(batch["obs"]))
-        if self.target_critic is not None and self.update_steps % self.algorithm.target_update_freq == 0:
-            # FSDP2 leaves a root unit's parameters gathered after a forward without backward: shard both
-            # sides again so the update pairs shard with shard
-            for module in (self.critic, self.target_critic):
-                reshard = getattr(module, "reshard", None)
-                if callable(reshard):
-                    reshard()
-            soft_target_update(
-                self.target_critic.parameters(), self.critic.parameters(), tau=self.algorithm.tau
-            )
-        return metrics
+        return batch
+
+    def _target_update(self) -> None:
+        """Polyak update of the target critics by ``algorithm.tau`` (``soft_target_update``'s arithmetic).
+
+        On one rank it runs over all parameters at once (``torch._foreach_*``): the same element-wise
+        operations in the same order, ``θ' · (1 - τ) + θ · τ``, so the same bits as the pair-by-pair update.
+        """
+        assert self.target_critic is not None  # built unless crossq
+        tau = self.algorithm.tau
+        if self.world_size == 1:
+            targets = [p.detach() for p in self.target_critic.parameters()]
+            sources = [p.detach() for p in self.critic.parameters()]
+            if tau == 1.0:
+                torch._foreach_copy_(targets, sources)
+            else:
+                torch._foreach_mul_(targets, 1.0 - tau)
+                torch._foreach_add_(targets, torch._foreach_mul(sources, tau))
+            return
+        # FSDP2 leaves a root unit's parameters gathered after a forward without backward: shard both
+        # sides again so the update pairs shard with shard
+        for module in (self.critic, self.target_critic):
+            reshard = getattr(module, "reshard", None)
+            if callable(reshard):
+                reshard()
+        soft_target_update(self.target_critic.parameters(), self.critic.parameters(), tau=tau)
 
     def _next_actions(self, next_obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``a'`` (normalised) and ``log π(a'|s')`` ``[B, C*D]`` (``None`` under TD3 smoothing)."""
@@ -373,7 +401,8 @@ class SACTrainer:
         self.critic_optimizer.step()
         return {"sac/critic_loss": loss.detach(), "critic/q_data": q.detach().mean()}
 
-    def _actor_step(self, obs: TensorObs) -> dict[str, torch.Tensor]:
+    def _actor_step(self, obs: TensorObs) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One policy step (critics frozen); its metrics and the detached log-probs ``[B, C*D]`` it drew."""
         action, logp = self.policy(obs, noise=self._noise())
         logp = logp.reshape(logp.shape[0], -1)
         self.critic.requires_grad_(False)
@@ -391,18 +420,21 @@ class SACTrainer:
         loss.backward()
         _clip(self.policy.parameters(), self.clip_grad)
         self.actor_optimizer.step()
-        out = {"sac/actor_loss": loss.detach(), "actor/entropy": entropy.detach()}
-        if self.alpha_optimizer is not None:
-            alpha_loss = sac_temperature_loss(self.alpha(), logp, target_entropy=self.target_entropy).mean()
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            if self.world_size > 1 and self.alpha_param.grad is not None:  # a replicated parameter
-                dist.all_reduce(self.alpha_param.grad, op=dist.ReduceOp.SUM)
-                self.alpha_param.grad.div_(self.world_size)
-            _clip([self.alpha_param], self.alpha_clip_grad)
-            self.alpha_optimizer.step()
-            out["sac/alpha_loss"] = alpha_loss.detach()
-        return out
+        return {"sac/actor_loss": loss.detach(), "actor/entropy": entropy.detach()}, logp.detach()
+
+    def _alpha_step(self, logp: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One temperature step on the actor step's log-probs (none for ``alpha_type: fixed_alpha``)."""
+        if self.alpha_optimizer is None:
+            return {}
+        alpha_loss = sac_temperature_loss(self.alpha(), logp, target_entropy=self.target_entropy).mean()
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        if self.world_size > 1 and self.alpha_param.grad is not None:  # a replicated parameter
+            dist.all_reduce(self.alpha_param.grad, op=dist.ReduceOp.SUM)
+            self.alpha_param.grad.div_(self.world_size)
+        _clip([self.alpha_param], self.alpha_clip_grad)
+        self.alpha_optimizer.step()
+        return {"sac/alpha_loss": alpha_loss.detach()}
 
     # --------------------------------------------------------------------------------------- checkpoints
     def optimizer_state_dict(self) -> dict[str, Any]:
@@ -414,9 +446,12 @@ class SACTrainer:
         }
 
     def load_optimizer_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`optimizer_state_dict` (at any world size)."""
+        """Restore :meth:`optimizer_state_dict` (at any world size, from a fused AdamW's state or another's)."""
         load_full_optimizer_state_dict(self.policy, self.actor_optimizer, state["actor"])
         load_full_optimizer_state_dict(self.critic, self.critic_optimizer, state["critic"])
+        for optimizer in (self.actor_optimizer, self.critic_optimizer):
+            for group in optimizer.param_groups:  # loading takes the saved groups' kernel choice: keep ours
+                group["fused"] = self._fused_adamw
         if self.alpha_optimizer is not None and state.get("alpha") is not None:
             self.alpha_optimizer.load_state_dict(state["alpha"])
 

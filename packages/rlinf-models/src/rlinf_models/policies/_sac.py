@@ -8,7 +8,11 @@ returns and the replay buffer stores).
 
 from __future__ import annotations
 
+import sys
+from typing import cast
+
 import torch
+import torch.nn.functional as F
 from rlinf_core.protocols import EnvSpec, obs_len
 from torch import nn
 from torch.distributions import Normal
@@ -132,7 +136,7 @@ class SquashedGaussianPolicy(BoundedActionPolicy):
         trainers draw it for the whole batch on every rank and each takes its rows.
         """
         mean, log_std = self._mean_log_std(obs)
-        dist = Normal(mean, log_std.exp())
+        dist = Normal(mean, log_std.exp(), validate_args=False)  # finite by construction
         if deterministic:
             u = mean
         elif noise is not None:
@@ -207,8 +211,20 @@ class BatchRenorm1d(nn.Module):
         return out * self.weight + self.bias
 
 
+def _is_fsdp_unit(module: nn.Module) -> bool:
+    """Whether FSDP2 sharded ``module`` (never, if FSDP was never imported: the import is not paid for here)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(module, fsdp.FSDPModule)
+
+
 class QEnsemble(nn.Module):
     """``H`` independent Q heads ``Q_h(s, a)`` over normalised chunk actions, with their own encoder.
+
+    Each head is its own ``nn.Sequential`` (``heads.{h}.{i}.weight``, the checkpoint layout). Plain MLP heads
+    (no ``q_layer_norm``, no batch renormalisation, two heads or more) are computed as one batched network:
+    the first layers of all heads as one matrix product over their stacked weights, every further layer as one
+    batched product (``baddbmm``), the same math as looping over the heads in fewer, larger operations.
+    Heads sharded by FSDP2 (each head its own unit, gathered around its own ``forward``) are always looped.
 
     Args:
         spec: the env.
@@ -239,8 +255,31 @@ class QEnsemble(nn.Module):
                 width = size
             layers.append(nn.Linear(width, 1))
             self.heads.append(nn.Sequential(*layers))
+        self.batched_heads = config.num_q_heads > 1 and not (batch_renorm or config.q_layer_norm)
+        """Compute the heads as one batched network (plain MLP heads only; ``False``: loop over them)."""
 
     def forward(self, obs: TensorObs, actions: torch.Tensor) -> torch.Tensor:
         """Q-values ``[N, H]`` of ``obs`` and normalised actions ``[N, C, D]`` (or ``[N, C*D]``)."""
         inp = torch.cat([self.encoder(obs), actions.reshape(actions.shape[0], -1)], dim=-1)
+        if self.batched_heads and not _is_fsdp_unit(self.heads[0]):
+            return self._batched(inp)
         return torch.cat([head(inp) for head in self.heads], dim=-1)
+
+    def _batched(self, inp: torch.Tensor) -> torch.Tensor:
+        """The plain MLP heads on ``inp`` ``[N, F]`` as one network: ``[N, H]``."""
+        layers = [list(cast(nn.Sequential, head)) for head in self.heads]  # [Linear, act, ..., Linear] each
+        linears = [[m for m in head if isinstance(m, nn.Linear)] for head in layers]
+        act = layers[0][1] if len(layers[0]) > 1 else nn.Identity()
+        first = [head[0] for head in linears]
+        x = F.linear(inp, torch.cat([m.weight for m in first]), torch.cat([m.bias for m in first]))
+        depth = len(linears[0])
+        if depth > 1:
+            x = act(x)
+        x = x.view(inp.shape[0], len(first), -1).transpose(0, 1)  # [H, N, width]
+        for i in range(1, depth):
+            weight = torch.stack([head[i].weight for head in linears]).transpose(1, 2)  # [H, in, out]
+            bias = torch.stack([head[i].bias for head in linears]).unsqueeze(1)  # [H, 1, out]
+            x = torch.baddbmm(bias, x, weight)
+            if i < depth - 1:
+                x = act(x)
+        return x.squeeze(-1).transpose(0, 1)
