@@ -5,7 +5,7 @@ A VLA policy calls its network's ``encode_prefix`` / ``expert_output`` / ``value
 them. For each tiny VLA (π0 with Flow-Noise, SmolVLA, GR00T, OpenVLA, OpenVLA-OFT): one
 ``EmbodiedPPOTrainer.train`` on one rank (plain module, all envs) and on two ranks (FSDP2 on gloo, half the
 envs each, as the actor worker splits them) from the same rollout give the same parameters, and the full
-state dict gathers every entry.
+state dict gathers every entry. OpenVLA-OFT's deterministic ``act`` (its L1 head) runs on the sharded policy.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ if int(sys.argv[4]) == 0:
 """
 
 
-def _two_ranks(kind: str, paths: dict[str, str], out: Path) -> dict[str, torch.Tensor]:
+def _two_ranks(kind: str, paths: dict[str, str], out: Path, script: str = _RANK) -> dict[str, torch.Tensor]:
     import json
 
     with socket.socket() as s:
@@ -158,7 +158,7 @@ def _two_ranks(kind: str, paths: dict[str, str], out: Path) -> dict[str, torch.T
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
         }
-        args = [sys.executable, "-c", _RANK, str(Path(__file__).parent), kind, json.dumps(paths), str(rank)]
+        args = [sys.executable, "-c", script, str(Path(__file__).parent), kind, json.dumps(paths), str(rank)]
         procs.append(
             subprocess.Popen(
                 [*args, str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -186,3 +186,65 @@ def test_two_fsdp2_ranks_make_the_one_rank_update(kind: str, tmp_path: Path) -> 
     assert moved > 1e-3  # the update changed the policy (so equality below is not the initial weights')
     for key, value in one.items():
         torch.testing.assert_close(two[key], value, atol=1e-5, rtol=0, msg=key)
+
+
+def _obs(n: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    return {
+        "rgb": torch.randint(0, 256, (n, 32, 32, 3), generator=g, dtype=torch.uint8),
+        "wrist_rgb": torch.randint(0, 256, (n, 32, 32, 3), generator=g, dtype=torch.uint8),
+        "state": torch.randn(n, 8, generator=g) * 0.3,
+        "task_index": torch.tensor([[i % 2] for i in range(n)], dtype=torch.int16),
+    }
+
+
+def deterministic_act(kind: str, paths: dict[str, str], rank: int, world: int) -> dict[str, torch.Tensor]:
+    """The deterministic actions and values of the policy (its weights nudged off the checkpoint's) on ``world``
+    ranks."""
+    torch.manual_seed(0)
+    policy: Any = build_policy(SPEC, policy_config(kind, paths))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.01 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    obs = _obs(E)
+    sample = policy.act(obs, generator=torch.Generator().manual_seed(0))
+    if world > 1:
+        policy = shard_module(policy, init_distributed(torch.device("cpu")))
+    # The training forward first, as in the actor: FSDP2 makes the first unit whose forward runs its root, which
+    # it leaves gathered; were that the network (through act's registered methods), a direct call of its head
+    # would see gathered parameters and pass unnoticed.
+    with torch.no_grad():
+        policy(obs, sample.actions, sample.forward_inputs)
+    out = policy.act(obs, deterministic=True)
+    return {"actions": out.actions, "values": out.values}
+
+
+_ACT_RANK = """
+import json, sys, torch
+torch.set_num_threads(1)
+sys.path.insert(0, sys.argv[1])
+from test_models_vla_fsdp import deterministic_act
+rank = int(sys.argv[4])
+out = deterministic_act(sys.argv[2], json.loads(sys.argv[3]), rank, 2)
+if rank == 0:
+    torch.save(out, sys.argv[5])
+"""
+
+
+@pytest.mark.slow  # ~1 min on two shared cores
+@pytest.mark.timeout(900)
+def test_oft_deterministic_act_on_two_fsdp2_ranks(tmp_path: Path) -> None:
+    """The L1 head's actions of the sharded policy are the plain policy's (the head is called through a
+    registered forward method of the network, not directly)."""
+    kind = "openvla_oft"
+    paths = write_checkpoint(kind, tmp_path)
+    one = deterministic_act(kind, paths, rank=0, world=1)
+    out = tmp_path / "two_ranks.pt"
+    two = _two_ranks(kind, paths, out, _ACT_RANK)
+    torch.testing.assert_close(two["actions"], one["actions"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(two["values"], one["values"], atol=1e-5, rtol=0)
+    # The L1 head's continuous actions, not the decoded tokens' (bin centres).
+    policy: Any = build_policy(SPEC, policy_config(kind, paths))
+    tokens = policy.act(_obs(E), deterministic=False, generator=torch.Generator().manual_seed(0))
+    assert not torch.allclose(one["actions"], tokens.actions)

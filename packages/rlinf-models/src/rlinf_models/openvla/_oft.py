@@ -167,6 +167,7 @@ class OpenVLAOFTModel(OpenVLAModel):
         "decode_hidden",
         "evaluate_chunk",
         "regress_chunk",
+        "regress_hidden",
     )
 
     def __init__(
@@ -340,7 +341,21 @@ class OpenVLAOFTModel(OpenVLAModel):
             raise ValueError(
                 "this OpenVLA-OFT model has no L1 regression head (no action_head--*_checkpoint.pt)"
             )
-        predicting = self.action_hidden(pixel_values, input_ids, attention_mask, proprio)
+        return self.regress_hidden(self.action_hidden(pixel_values, input_ids, attention_mask, proprio))
+
+    def regress_hidden(self, predicting: Tensor) -> Tensor:
+        """:meth:`regress_chunk` from the pass's :meth:`action_hidden` ``[B, C·D, H]``: normalised ``[B, C, D]``.
+
+        The policy's deterministic ``act`` calls this rather than ``action_head`` itself: under FSDP2 the head's
+        parameters belong to this module's unit, gathered around the methods of ``FSDP_FORWARD_METHODS`` only.
+
+        Raises:
+            ValueError: without an L1 head.
+        """
+        if self.action_head is None:
+            raise ValueError(
+                "this OpenVLA-OFT model has no L1 regression head (no action_head--*_checkpoint.pt)"
+            )
         return self.action_head(predicting.to(self.action_head.model.fc1.weight.dtype)).float()  # type: ignore[no-any-return]
 
 

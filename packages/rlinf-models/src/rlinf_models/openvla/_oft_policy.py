@@ -151,8 +151,7 @@ class OpenVLAOFTPolicy(OpenVLAPolicy):
         )
         tokens = self._chunk(sample.tokens)
         if deterministic and self.model.action_head is not None:
-            head = self.model.action_head
-            actions = self._env_units(head(hidden.to(head.model.fc1.weight.dtype)).float())
+            actions = self._env_units(self.model.regress_hidden(hidden))
         else:
             actions = self._env_units(self.model.action_tokenizer.decode(tokens).float())
         return PolicyOutput(
