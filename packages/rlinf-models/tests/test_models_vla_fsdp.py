@@ -5,7 +5,8 @@ A VLA policy calls its network's ``encode_prefix`` / ``expert_output`` / ``value
 them. For each tiny VLA (π0 with Flow-Noise, SmolVLA, GR00T, OpenVLA, OpenVLA-OFT): one
 ``EmbodiedPPOTrainer.train`` on one rank (plain module, all envs) and on two ranks (FSDP2 on gloo, half the
 envs each, as the actor worker splits them) from the same rollout give the same parameters, and the full
-state dict gathers every entry. OpenVLA-OFT's deterministic ``act`` (its L1 head) runs on the sharded policy.
+state dict gathers every entry. OpenVLA-OFT's deterministic ``act`` (its L1 head) runs on the sharded policy,
+and rank 0 exports a sharded policy in its published layout (``export_pretrained``, as a checkpoint does).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from rlinf_core.config import AlgorithmConfig
 from rlinf_models import EmbodiedActorConfig, OptimConfig
 from rlinf_models._fsdp import full_model_state_dict, init_distributed, shard_module
 from rlinf_models.embodied import EmbodiedPPOTrainer
-from rlinf_models.policies import PolicyConfig, build_policy
+from rlinf_models.policies import PolicyConfig, build_policy, export_pretrained
 from rlinf_models.vla.testing import libero_spec
 
 KINDS = ["pi0", "smolvla", "gr00t", "openvla", "openvla_oft"]
@@ -198,13 +199,15 @@ def _obs(n: int) -> dict[str, torch.Tensor]:
     }
 
 
-def deterministic_act(kind: str, paths: dict[str, str], rank: int, world: int) -> dict[str, torch.Tensor]:
+def act_and_export(
+    kind: str, paths: dict[str, str], rank: int, world: int, export: str | None = None
+) -> dict[str, torch.Tensor]:
     """The deterministic actions and values of the policy (its weights nudged off the checkpoint's) on ``world``
-    ranks."""
+    ranks; with ``export``, rank 0 also exports it there as a checkpoint does, from the gathered full state."""
     torch.manual_seed(0)
     policy: Any = build_policy(SPEC, policy_config(kind, paths))
     g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
+    with torch.no_grad():  # the export must hold these weights, not model_path's
         for p in policy.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     obs = _obs(E)
@@ -217,16 +220,22 @@ def deterministic_act(kind: str, paths: dict[str, str], rank: int, world: int) -
     with torch.no_grad():
         policy(obs, sample.actions, sample.forward_inputs)
     out = policy.act(obs, deterministic=True)
-    return {"actions": out.actions, "values": out.values}
+    full = full_model_state_dict(policy)
+    if rank == 0 and export is not None:
+        rng = torch.get_rng_state()
+        export_pretrained(policy, SPEC, policy_config(kind, paths), export, full)
+        # The export's fresh unsharded policy drew on no RNG state the run keeps.
+        assert torch.equal(torch.get_rng_state(), rng)
+    return {"actions": out.actions, "values": out.values, **{f"state/{k}": v for k, v in full.items()}}
 
 
 _ACT_RANK = """
 import json, sys, torch
 torch.set_num_threads(1)
 sys.path.insert(0, sys.argv[1])
-from test_models_vla_fsdp import deterministic_act
+from test_models_vla_fsdp import act_and_export
 rank = int(sys.argv[4])
-out = deterministic_act(sys.argv[2], json.loads(sys.argv[3]), rank, 2)
+out = act_and_export(sys.argv[2], json.loads(sys.argv[3]), rank, 2, sys.argv[5] + ".export")
 if rank == 0:
     torch.save(out, sys.argv[5])
 """
@@ -234,12 +243,15 @@ if rank == 0:
 
 @pytest.mark.slow  # ~1 min on two shared cores
 @pytest.mark.timeout(900)
-def test_oft_deterministic_act_on_two_fsdp2_ranks(tmp_path: Path) -> None:
+def test_oft_deterministic_act_and_the_pretrained_export_on_two_fsdp2_ranks(tmp_path: Path) -> None:
     """The L1 head's actions of the sharded policy are the plain policy's (the head is called through a
-    registered forward method of the network, not directly)."""
+    registered forward method of the network, not directly), and the export a checkpoint writes from the sharded
+    policy loads as ``actor.model.model_path`` with the trained weights."""
+    import attrs
+
     kind = "openvla_oft"
     paths = write_checkpoint(kind, tmp_path)
-    one = deterministic_act(kind, paths, rank=0, world=1)
+    one = act_and_export(kind, paths, rank=0, world=1)
     out = tmp_path / "two_ranks.pt"
     two = _two_ranks(kind, paths, out, _ACT_RANK)
     torch.testing.assert_close(two["actions"], one["actions"], atol=1e-5, rtol=0)
@@ -248,3 +260,15 @@ def test_oft_deterministic_act_on_two_fsdp2_ranks(tmp_path: Path) -> None:
     policy: Any = build_policy(SPEC, policy_config(kind, paths))
     tokens = policy.act(_obs(E), deterministic=False, generator=torch.Generator().manual_seed(0))
     assert not torch.allclose(one["actions"], tokens.actions)
+
+    export = Path(str(out) + ".export")
+    assert (export / "config.json").is_file() and any(export.glob("action_head--*"))
+    reloaded = build_policy(
+        SPEC, attrs.evolve(policy_config(kind, paths), model_path=str(export))
+    ).state_dict()
+    saved = {k[len("state/") :]: v for k, v in two.items() if k.startswith("state/")}
+    initial = policy.state_dict()
+    assert reloaded.keys() == saved.keys()
+    for key, value in saved.items():
+        torch.testing.assert_close(reloaded[key], value, atol=0, rtol=0, msg=key)
+    assert any(not torch.equal(saved[k], initial[k]) for k in saved if saved[k].is_floating_point())

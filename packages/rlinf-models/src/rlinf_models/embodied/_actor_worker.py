@@ -43,8 +43,10 @@ from .._fsdp import (
 )
 from ..actor import resumed_schedule_total
 from ..policies import (
+    PRETRAINED_SUBDIR,
     build_policy,
     checkpoint_weights_file,
+    export_pretrained,
     load_policy_weights,
     rollout_state_dict,
     trainable_names,
@@ -421,7 +423,10 @@ class EmbodiedActorWorker(Worker):
         Call it on every rank (the full state dicts are gathered collectively). Rank 0 writes the full
         (unsharded) model and optimizer state, loadable at any actor world size; every rank writes its own RNG
         state. Each file is written atomically; make ``path`` a ``CheckpointManager`` staging directory for
-        an atomic checkpoint as a whole.
+        an atomic checkpoint as a whole. A VLA policy is also exported by rank 0 to ``<path>/pretrained/`` in its
+        adapter's published layout (:func:`~rlinf_models.policies.export_pretrained`: LoRA adapters merged; from
+        the gathered full state under FSDP2), so ``actor.model.model_path=<global_step_N>`` starts a new run
+        from it, as from an SFT checkpoint.
         """
         self._reload()
         root = Path(path) / CHECKPOINT_SUBDIR
@@ -438,6 +443,10 @@ class EmbodiedActorWorker(Worker):
             save_checkpoint_files(
                 root, (("model.pt", model), ("optimizer.pt", optim), ("trainer.pt", trainer))
             )
+            if self.cfg.model.is_vla:
+                export_pretrained(
+                    self.policy, self.spec, self.cfg.model, Path(path) / PRETRAINED_SUBDIR, model
+                )
         save_rank_rng(root, self.rank)
         if self.distributed:
             dist.barrier()  # every file exists when any rank returns

@@ -17,7 +17,7 @@ from ._config import (
 
 if TYPE_CHECKING:
     from ._actor_critic import ActorCritic, PolicyOutput
-    from ._factory import build_inference_policy, build_offpolicy_policy, build_policy
+    from ._factory import build_inference_policy, build_offpolicy_policy, build_policy, export_pretrained
     from ._flow import FlowPolicy
     from ._flow_sac import FlowSACPolicy
     from ._sac import BatchRenorm1d, QEnsemble, SquashedGaussianPolicy
@@ -41,6 +41,7 @@ __getattr__ = lazy_exports(
         "FlowSACPolicy": "._flow_sac",
         "build_inference_policy": "._factory",
         "build_offpolicy_policy": "._factory",
+        "export_pretrained": "._factory",
         "BatchRenorm1d": "._sac",
         "QEnsemble": "._sac",
         "SquashedGaussianPolicy": "._sac",
@@ -68,6 +69,7 @@ __all__ = [
     "build_offpolicy_policy",
     "build_policy",
     "checkpoint_weights_file",
+    "export_pretrained",
     "load_policy_weights",
     "load_rollout_weights",
     "rollout_state_dict",

@@ -37,15 +37,17 @@ def checkpoint_weights_file(path: str | Path) -> Path:
 
 
 PRETRAINED_SUBDIR = "pretrained"
-"""Where the SFT runner exports a VLA policy in its adapter's published layout, next to ``actor/`` in
-``global_step_<N>`` (``config.json``, the weights, the tokenizer and the normalisation statistics)."""
+"""Where the SFT runner and the embodied PPO/GRPO actor export a VLA policy in its adapter's published layout,
+next to ``actor/`` in ``global_step_<N>`` (``config.json``, the weights, the tokenizer and the normalisation
+statistics)."""
 
 
 def vla_checkpoint_directory(path: str | Path) -> Path:
     """The VLA checkpoint directory ``actor.model.model_path`` names.
 
     ``path`` itself when it holds a ``config.json`` (a published checkpoint, or an export), else its
-    ``pretrained/`` export when ``path`` is a ``global_step_<N>`` checkpoint of the SFT runner.
+    ``pretrained/`` export when ``path`` is a ``global_step_<N>`` checkpoint of the SFT runner or of an embodied
+    PPO/GRPO run of a VLA.
 
     Raises:
         FileNotFoundError: naming ``actor.model.model_path`` when ``path`` has neither layout.
@@ -59,11 +61,11 @@ def vla_checkpoint_directory(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"actor.model.model_path: {p} is a checkpoint with only actor/model.pt and no {PRETRAINED_SUBDIR}/ "
             "export; a VLA needs its published checkpoint directory (config.json and weights) or a "
-            f"global_step_<N> of sft.py, which writes {PRETRAINED_SUBDIR}/ (docs/sft.md)"
+            f"global_step_<N> of sft.py or of a VLA's PPO/GRPO run, which write {PRETRAINED_SUBDIR}/ (docs/sft.md)"
         )
     raise FileNotFoundError(
         f"actor.model.model_path: {p} is neither a VLA checkpoint directory (no config.json) nor a "
-        f"global_step_<N> checkpoint of sft.py (no {PRETRAINED_SUBDIR}/config.json)"
+        f"global_step_<N> checkpoint of sft.py or of a VLA's PPO/GRPO run (no {PRETRAINED_SUBDIR}/config.json)"
     )
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+import torch
+from rlinf_core.checkpoint import capture_rng_state, restore_rng_state
 from rlinf_core.protocols import EnvSpec
+from torch import nn
 
+from .._fsdp import _is_sharded
 from ._actor_critic import ActorCritic
 from ._config import PolicyConfig, vla_checkpoint_directory
 from ._flow import FlowPolicy
@@ -19,7 +25,7 @@ if TYPE_CHECKING:
     from ..pi0 import Pi0Policy
     from ..smolvla import SmolVLAPolicy
 
-__all__ = ["build_inference_policy", "build_offpolicy_policy", "build_policy"]
+__all__ = ["build_inference_policy", "build_offpolicy_policy", "build_policy", "export_pretrained"]
 
 _DEFAULT_CONFIG = PolicyConfig()
 
@@ -111,3 +117,66 @@ def build_inference_policy(
         # The actor sends merged weights (rollout_state_dict): the rollout runs the plain model.
         config = attrs.evolve(config, is_lora=False)
     return build_policy(spec, config)
+
+
+def export_pretrained(
+    policy: nn.Module,
+    spec: EnvSpec,
+    config: PolicyConfig,
+    directory: str | Path,
+    full_state: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Export a VLA policy to ``directory`` in its adapter's published layout (its ``save_pretrained``).
+
+    A plain policy exports itself. A sharded one (FSDP2: its parameters are ``DTensor`` shards) cannot:
+    ``full_state`` is then its full state dict (``full_model_state_dict``, gathered collectively; call this on
+    rank 0 only), loaded into a fresh unsharded policy built from ``config`` on the CPU, which exports it. That
+    policy reads ``config.model_path`` once more and holds a second full copy of the weights while it exports;
+    the RNG states it draws on at construction are restored afterwards, so a run with exports samples as one
+    without.
+
+    Args:
+        policy: the policy (``build_policy(spec, config)``, possibly sharded).
+        spec: the env spec it was built for.
+        config: its ``actor.model``.
+        directory: where to write (created).
+        full_state: the full state dict of a sharded ``policy`` (ignored for a plain one).
+
+    Returns:
+        ``directory``.
+
+    Raises:
+        ValueError: naming ``actor.model.model_type`` when it is no VLA, or when a sharded policy comes without
+            ``full_state``.
+    """
+    if not config.is_vla:
+        raise ValueError(
+            f"actor.model.model_type: {config.model_type!r} has no pretrained export (only the VLA model types do)"
+        )
+    if not _is_sharded(policy):
+        if not isinstance(policy, _Exportable):
+            raise ValueError(f"export_pretrained: {type(policy).__name__} has no save_pretrained")
+        return policy.save_pretrained(directory)
+    if full_state is None:
+        raise ValueError(
+            "export_pretrained: a sharded policy needs its full state dict (full_model_state_dict)"
+        )
+    rng = capture_rng_state()
+    try:
+        plain = build_policy(spec, config)
+    finally:
+        restore_rng_state(rng)
+    assert isinstance(plain, _Exportable)  # every VLA policy is
+    plain.load_state_dict(full_state)
+    return plain.save_pretrained(directory)
+
+
+@runtime_checkable
+class _Exportable(Protocol):
+    """A policy that exports itself in its model's published layout (the VLA policies)."""
+
+    def save_pretrained(self, directory: str | Path) -> Path: ...
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any: ...
