@@ -244,7 +244,8 @@ def test_batched_q_heads_match_the_loop_over_heads(
     torch.manual_seed(0)
     model = attrs.evolve(MODEL, num_q_heads=heads, hidden_sizes=hidden, activation=activation)
     q = QEnsemble(SPEC, model)
-    assert q.batched_heads
+    assert not q.batched_heads  # opt-in
+    q.batched_heads = True
     ref = _looped(q)
     obs = torch.randn(64, 3)
     actions = (torch.rand(64, 2, 2) * 2 - 1).requires_grad_(True)
@@ -274,9 +275,16 @@ def test_q_heads_keep_their_layout_and_loop_where_batching_does_not_apply() -> N
         "heads.0.4.bias",
     ]
     _looped(q).load_state_dict(q.state_dict())
-    assert not QEnsemble(SPEC, attrs.evolve(MODEL, q_layer_norm=True)).batched_heads
-    assert not QEnsemble(SPEC, MODEL, batch_renorm=True).batched_heads
-    assert not QEnsemble(SPEC, attrs.evolve(MODEL, num_q_heads=1)).batched_heads
+    for q in (
+        QEnsemble(SPEC, attrs.evolve(MODEL, q_layer_norm=True)),
+        QEnsemble(SPEC, MODEL, batch_renorm=True),
+        QEnsemble(SPEC, attrs.evolve(MODEL, num_q_heads=1)),
+    ):
+        q.batched_heads = True  # the loop all the same
+        assert not q._batchable
+        assert torch.equal(
+            q(torch.zeros(4, 3), torch.zeros(4, 2, 2)), _looped(q)(torch.zeros(4, 3), torch.zeros(4, 2, 2))
+        )
 
 
 def _reference_step(tr: SACTrainer) -> None:

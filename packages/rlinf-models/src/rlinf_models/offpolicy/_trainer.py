@@ -451,7 +451,7 @@ class SACTrainer:
         load_full_optimizer_state_dict(self.critic, self.critic_optimizer, state["critic"])
         for optimizer in (self.actor_optimizer, self.critic_optimizer):
             for group in optimizer.param_groups:  # loading takes the saved groups' kernel choice: keep ours
-                group["fused"] = self._fused_adamw
+                group["fused"], group["foreach"] = self._fused_adamw, None
         if self.alpha_optimizer is not None and state.get("alpha") is not None:
             self.alpha_optimizer.load_state_dict(state["alpha"])
 
