@@ -6,6 +6,12 @@ import os
 # has everything. The variable is read when ray is imported, so it must be set before any test imports it.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
+# A `ray.init()` without an address attaches to the cluster named in /tmp/ray/ray_current_cluster, which a
+# `ray.cluster_utils.Cluster` writes while it runs: under xdist, a test in one worker process would attach to
+# (and die with) another worker's multi-node test cluster. Tests start private instances unless they name an
+# address (explicitly or through RAY_ADDRESS in a subprocess's environment).
+os.environ.setdefault("RAY_ADDRESS", "local")
+
 # Property tests draw the same examples on every run (CI must not flake on a newly found corner); run with
 # `--hypothesis-profile=explore` to search afresh.
 from hypothesis import settings

@@ -283,11 +283,14 @@ def test_remove_padding_makes_the_same_update_sft_and_scores(model_dir: Path) ->
     """Packed micro-batches: same loss, gradient norm, weights and log-probs as the padded path (PPO, 2 epochs)."""
     batch = make_batch(seed=11)
     alg = attrs.evolve(GRPO, update_epoch=2)
+    # A small learning rate: Adam moves a weight by ~lr whatever its gradient's size, so at lr 1e-2 the float
+    # noise of a near-zero gradient (other kernel shapes, other thread counts) shows as an lr-sized difference.
+    slow = OptimConfig(lr=1e-5, clip_grad=1.0)
     padded = local_actor(
-        actor_cfg(model_dir, add_value_head=True), attrs.evolve(alg, loss_type="actor_critic")
+        actor_cfg(model_dir, add_value_head=True, optim=slow), attrs.evolve(alg, loss_type="actor_critic")
     )
     packed = local_actor(
-        actor_cfg(model_dir, add_value_head=True, use_remove_padding=True),
+        actor_cfg(model_dir, add_value_head=True, use_remove_padding=True, optim=slow),
         attrs.evolve(alg, loss_type="actor_critic"),
     )
     critic_batch = {**batch, "returns": batch["advantages"].clone()}
@@ -295,8 +298,8 @@ def test_remove_padding_makes_the_same_update_sft_and_scores(model_dir: Path) ->
     for key in ("actor/policy_loss", "actor/grad_norm", "actor/entropy", "critic/value_loss"):
         assert mk[key] == pytest.approx(mp[key], rel=1e-4, abs=1e-6), key
     sp, sk = state(padded), state(packed)
-    for key in sp:  # after 4 AdamW steps at lr 1e-2: float error of other kernel shapes, ~1e-5 at most
-        torch.testing.assert_close(sk[key], sp[key], rtol=1e-4, atol=2e-5, msg=key)
+    for key in sp:  # after 4 AdamW steps
+        torch.testing.assert_close(sk[key], sp[key], rtol=1e-5, atol=1e-7, msg=key)
     assert packed.run_sft(batch)["sft/loss"] == pytest.approx(padded.run_sft(batch)["sft/loss"], rel=1e-5)
     lp_p, lp_k = padded.compute_logprobs(batch)["logprobs"], packed.compute_logprobs(batch)["logprobs"]
     torch.testing.assert_close(lp_k * batch["loss_mask"], lp_p * batch["loss_mask"], rtol=1e-5, atol=1e-5)
