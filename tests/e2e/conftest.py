@@ -232,4 +232,28 @@ def run_tiny_vla_ppo(
     initial = read_initial(model_dir) if read_initial else load_file(str(model_dir / "model.safetensors"))
     now, before = trained[trained_head or head], initial[head]
     assert now.shape == before.shape and not torch.equal(now, before), head
+    assert_pretrained_export(result.last_checkpoint, cfg.actor.model, trained)
     return trained, initial
+
+
+def assert_pretrained_export(checkpoint: Path, model: Any, trained: dict[str, Any]) -> None:
+    """``checkpoint``'s ``pretrained/`` export starts a new run from the saved actor's network.
+
+    The policy that ``actor.model.model_path=<checkpoint>`` builds (as a new run's actor does) has the network
+    (value head included; LoRA adapters merged) of ``model`` loaded with ``trained`` (``actor/model.pt``).
+    """
+    import attrs
+    import torch
+    from rlinf_models.policies import PRETRAINED_SUBDIR, build_policy
+    from rlinf_models.vla import plain_state_dict
+    from rlinf_models.vla.testing import libero_spec
+
+    assert (checkpoint / PRETRAINED_SUBDIR / "config.json").is_file()
+    spec = libero_spec()  # the weights do not depend on the image size or the instructions
+    saved: Any = build_policy(spec, model)
+    saved.load_state_dict(trained)
+    again: Any = build_policy(spec, attrs.evolve(model, model_path=str(checkpoint)))
+    want, got = plain_state_dict(saved.model), plain_state_dict(again.model)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=0, rtol=0, msg=key)
