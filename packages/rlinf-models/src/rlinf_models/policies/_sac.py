@@ -136,7 +136,7 @@ class SquashedGaussianPolicy(BoundedActionPolicy):
         trainers draw it for the whole batch on every rank and each takes its rows.
         """
         mean, log_std = self._mean_log_std(obs)
-        dist = Normal(mean, log_std.exp(), validate_args=False)  # finite by construction
+        dist = Normal(mean, log_std.exp())  # validated: a diverged policy (NaN mean) stops with an error
         if deterministic:
             u = mean
         elif noise is not None:
