@@ -17,6 +17,7 @@ the policy's actions, and the temperature loss only into ``alpha``. Detaching us
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -670,6 +671,8 @@ def soft_target_update(targets: Iterable[Array], sources: Iterable[Array], *, ta
             raise ValueError(
                 f"targets[{i}] has shape {list(_shape(t))} but sources[{i}] has shape {list(_shape(s))}"
             )
+    if _foreach_torch_update(target_list, source_list, tau):
+        return
     for i, (t, s) in enumerate(zip(target_list, source_list, strict=True)):
         data = getattr(t, "data", None)
         if data is not None and hasattr(data, "mul_") and hasattr(data, "add_"):
@@ -689,3 +692,28 @@ def soft_target_update(targets: Iterable[Array], sources: Iterable[Array], *, ta
                 f"targets[{i}] ({type(t).__name__}) cannot be updated in place; use (1 - tau) * target + tau * "
                 "source for immutable arrays"
             ) from e
+
+
+def _foreach_torch_update(targets: list[Any], sources: list[Any], tau: float) -> bool:
+    """The update as one ``torch._foreach_*`` pass when every array is a plain torch tensor of one dtype and device.
+
+    The same element-wise operations in the same order as the pair-by-pair path (``mul_(1 - τ)`` then
+    ``add_(θ · τ)``), so the same bits, without a Python-level loop of kernel calls. Returns whether it applied
+    (not to tensor subclasses such as FSDP2's sharded ``DTensor`` parameters, nor to mixed dtypes or devices).
+    """
+    torch: Any = sys.modules.get("torch")
+    if torch is None or not targets:
+        return False
+    plain = (torch.Tensor, torch.nn.Parameter)
+    first = targets[0]
+    for x in (*targets, *sources):
+        if type(x) not in plain or x.dtype != first.dtype or x.device != first.device:
+            return False
+    data = [t.detach() for t in targets]
+    src = [s.detach() for s in sources]
+    if tau == 1.0:
+        torch._foreach_copy_(data, src)
+    else:
+        torch._foreach_mul_(data, 1.0 - tau)
+        torch._foreach_add_(data, torch._foreach_mul(src, tau))
+    return True

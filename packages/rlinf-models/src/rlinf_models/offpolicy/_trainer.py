@@ -315,29 +315,15 @@ class SACTrainer:
         return batch
 
     def _target_update(self) -> None:
-        """Polyak update of the target critics by ``algorithm.tau`` (``soft_target_update``'s arithmetic).
-
-        On one rank it runs over all parameters at once (``torch._foreach_*``): the same element-wise
-        operations in the same order, ``θ' · (1 - τ) + θ · τ``, so the same bits as the pair-by-pair update.
-        """
+        """Polyak update of the target critics by ``algorithm.tau`` (:func:`soft_target_update`)."""
         assert self.target_critic is not None  # built unless crossq
-        tau = self.algorithm.tau
-        if self.world_size == 1:
-            targets = [p.detach() for p in self.target_critic.parameters()]
-            sources = [p.detach() for p in self.critic.parameters()]
-            if tau == 1.0:
-                torch._foreach_copy_(targets, sources)
-            else:
-                torch._foreach_mul_(targets, 1.0 - tau)
-                torch._foreach_add_(targets, torch._foreach_mul(sources, tau))
-            return
-        # FSDP2 leaves a root unit's parameters gathered after a forward without backward: shard both
-        # sides again so the update pairs shard with shard
+        # FSDP2 leaves a root unit's parameters gathered after a forward without backward: shard both sides
+        # again so the update pairs shard with shard
         for module in (self.critic, self.target_critic):
             reshard = getattr(module, "reshard", None)
             if callable(reshard):
                 reshard()
-        soft_target_update(self.target_critic.parameters(), self.critic.parameters(), tau=tau)
+        soft_target_update(self.target_critic.parameters(), self.critic.parameters(), tau=self.algorithm.tau)
 
     def _next_actions(self, next_obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``a'`` (normalised) and ``log π(a'|s')`` ``[B, C*D]`` (``None`` under TD3 smoothing)."""
