@@ -86,7 +86,11 @@ def test_actor_trains_and_checkpoints_on_cuda(gpu_cluster: Any, tmp_path: Any) -
 DATA = Path(__file__).parent / "data"
 
 
+TASKS = ("pick up the black bowl and place it on the plate", "open the top drawer")
+
+
 def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
+    """The env spec and policy config of ``kind``: a flow MLP, or a tiny checkpoint of one of the VLA adapters."""
     if kind == "flow":
         spec = EnvSpec((5,), "continuous", 2, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
         cfg = PolicyConfig(
@@ -100,18 +104,43 @@ def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
     pytest.importorskip("transformers")
     from rlinf_models.pi0.testing import LEROBOT_TINY_SPEC, write_char_tokenizer
 
-    ckpt = DATA / "lerobot_pi0_tiny" / "ckpt"
+    if kind in ("openvla", "openvla_oft"):  # LIBERO's cameras; the checkpoint holds its tokenizer
+        from rlinf_models.openvla.testing import make_tiny_openvla, make_tiny_openvla_oft
+        from rlinf_models.vla.testing import libero_spec
+
+        make = make_tiny_openvla if kind == "openvla" else make_tiny_openvla_oft
+        ckpt = make(tmp_path / kind, value_head_sizes=(16,))
+        extra: dict[str, Any] = {"temperature": 0.8}
+        if kind == "openvla_oft":
+            extra |= {"num_action_chunks": 8, "unnorm_key": "libero_spatial_no_noops"}
+        return libero_spec(64, TASKS), PolicyConfig(model_type=kind, model_path=str(ckpt), **extra)
+    common: dict[str, Any] = {
+        "image_keys": ("base", "wrist"),
+        "num_action_chunks": 3,
+        "denoising_steps": 4,
+        "add_value_head": True,
+    }
+    if kind == "gr00t":
+        from rlinf_models.gr00t.testing import make_tiny_gr00t
+
+        paths = make_tiny_gr00t(tmp_path / "gr00t", state_dim=5, action_dim=7, seed=3)
+        write_char_tokenizer(paths["tokenizer_path"], string.ascii_lowercase + " <>[]'/0123456789")
+        cfg = PolicyConfig(
+            model_type="gr00t",
+            model_path=str(paths["model_path"]),
+            tokenizer_path=str(paths["tokenizer_path"]),
+            **common,
+        )
+        return LEROBOT_TINY_SPEC, cfg
+    ckpt = DATA / ("lerobot_smolvla_tiny" if kind == "smolvla" else "lerobot_pi0_tiny") / "ckpt"
     cfg = PolicyConfig(
-        model_type="pi0",
+        model_type="smolvla" if kind == "smolvla" else "pi0",
         model_path=str(ckpt),
         tokenizer_path=str(write_char_tokenizer(tmp_path / "tok", string.ascii_lowercase + " \n")),
         norm_stats_path=str(ckpt / "policy_preprocessor_step_5_normalizer_processor.safetensors"),
-        image_keys=("base", "wrist"),
-        num_action_chunks=3,
-        denoising_steps=4,
-        add_value_head=True,
         is_lora=kind == "pi0_lora",
         lora_rank=4,
+        **common,
     )
     return LEROBOT_TINY_SPEC, cfg
 
@@ -119,6 +148,13 @@ def _case(kind: str, tmp_path: Path) -> tuple[EnvSpec, PolicyConfig]:
 def _obs(spec: EnvSpec, n: int, g: torch.Generator) -> Any:
     if spec.obs_dict is None:
         return torch.randn(n, *spec.obs_shape, generator=g)
+    if "rgb" in spec.obs_dict:  # LIBERO's cameras
+        return {
+            "rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
+            "wrist_rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
+            "state": torch.randn(n, 8, generator=g) * 0.3,
+            "task_index": torch.arange(n).remainder(2)[:, None],
+        }
     from rlinf_models.pi0.testing import lerobot_tiny_obs
 
     return lerobot_tiny_obs(n, g)
@@ -148,8 +184,8 @@ def _rollout(policy: Any, spec: EnvSpec, offset: int, t: int, e: int) -> dict[st
     }
 
 
-@pytest.mark.parametrize("kind", ["flow", "pi0", "pi0_lora"])
-def test_flow_policies_train_on_cuda_from_cpu_rollouts(gpu_cluster: Any, tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["flow", "pi0", "pi0_lora", "smolvla", "gr00t", "openvla", "openvla_oft"])
+def test_policies_train_on_cuda_from_cpu_rollouts(gpu_cluster: Any, tmp_path: Path, kind: str) -> None:
     from rlinf_models import EmbodiedActorWorker
     from rlinf_scheduler import Channel, PackedPlacementStrategy
 
