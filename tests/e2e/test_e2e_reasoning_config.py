@@ -90,6 +90,24 @@ def test_cross_section_problems_are_listed_together(app: ReasoningApp, tmp_path:
         app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml", ["~cluster.component_placement.reward"])
 
 
+def test_a_math_reward_without_math_verify_is_refused_at_load(
+    app: ReasoningApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the check the reward workers fail on start, after Ray and the model workers are up."""
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name == "math_verify" else real_find_spec(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(
+        ConfigError, match=r"reward.reward_type 'math' needs math-verify.*rlinf-algos\[math\]"
+    ):
+        app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml")
+    monkeypatch.undo()
+    assert app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml").reward.reward_type == "math"
+
+
 def test_shipped_data_is_valid_and_held_out(app: ReasoningApp) -> None:
     cfg = app.load_config(APP_DIR / "config" / "grpo_smollm2_cpu.yaml")
     data = app.load_datasets(cfg)

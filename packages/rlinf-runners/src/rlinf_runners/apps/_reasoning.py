@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -78,6 +79,12 @@ class ReasoningApp(LLMApp[ReasoningConfig]):
     def section_problems(self, cfg: ReasoningConfig) -> list[str]:
         """Estimator vs model and group size, sampling temperatures, overlong buffer, batch vs samples."""
         problems = []
+        if cfg.reward.reward_type.lower() == "math" and importlib.util.find_spec("math_verify") is None:
+            # Otherwise the reward workers fail on start, after Ray and the model workers are up.
+            problems.append(
+                "reward.reward_type 'math' needs math-verify, which is not installed: "
+                'pip install "rlinf-algos[math]"'
+            )
         alg = cfg.algorithm
         adv = alg.adv_type.lower()
         if adv not in REASONING_ADV_TYPES:
