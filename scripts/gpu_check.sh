@@ -6,8 +6,8 @@
 # it too, before the current tree, for an A/B in the same run.
 #
 # On a machine with the workspace synced (uv sync, CUDA torch): RLINF_GPU_PYTHON="uv run python" bash scripts/gpu_check.sh
-# On an offline machine whose python3 has CUDA torch: put the missing wheels in .whl/ (and Ray as .whl/ray*.tar.xz,
-# an unpacked install archived), then: bash scripts/gpu_check.sh
+# On an offline machine whose python3 has CUDA torch: `bash scripts/gpu_wheels.sh` here builds .whl/ (the missing wheels,
+# and Ray as an unpacked install archived); carry .whl/ there, then: bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rlinf_gpu_check}
@@ -74,6 +74,10 @@ TESTS=(${RLINF_GPU_TESTS:-
 })
 [[ " $STEPS " == *" tests "* ]] && step "pytest -m gpu" 240 "$OUT/pytest.log" $PY -m pytest -p no:cacheprovider -m gpu -v -rs \
     --timeout 200 -n 3 --dist loadfile "${TESTS[@]}" &
+# Tests that are not gpu-marked but skip on the development box for a package the GPU image has (torchvision).
+CPU_TESTS=(${RLINF_GPU_CPU_TESTS:-packages/rlinf-models/tests/test_models_llm_vlm.py})
+[[ " $STEPS " == *" tests "* ]] && step "pytest (image-only packages)" 240 "$OUT/pytest_cpu.log" $PY -m pytest \
+    -p no:cacheprovider -v -rs --timeout 200 "${CPU_TESTS[@]}" &
 
 # Which processes hold GPU memory while the apps run (evidence that their workers are on the GPU).
 (for _ in $(seq 40); do nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; sleep 5; done \
