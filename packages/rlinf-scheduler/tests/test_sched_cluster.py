@@ -245,3 +245,77 @@ def test_a_cluster_that_starts_ray_probes_its_own_node_locally_with_the_same_res
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------- worker priority (Ray's niceness)
+
+
+class _RecordedInit:
+    """Stands in for ``ray.init``: records each call's keywords; raises like Ray when a cluster is running."""
+
+    def __init__(self, running: bool) -> None:
+        self.running = running
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+        if self.running and kwargs.get("address") is None and kwargs.get("_system_config"):
+            raise ValueError("When connecting to an existing cluster, _system_config must not be provided.")
+
+
+def _connect_with(
+    monkeypatch: pytest.MonkeyPatch, address: str | None, running: bool
+) -> list[dict[str, Any]]:
+    init = _RecordedInit(running)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    cluster = Cluster.__new__(Cluster)  # only _connect's inputs: no Ray needed
+    cluster._config = ClusterConfig(ray_address=address)
+    cluster._namespace = "rlinf-test"
+    assert cluster._connect(2)
+    return init.calls
+
+
+@pytest.mark.parametrize("address", ["local", None])
+def test_a_started_ray_runs_its_workers_at_the_drivers_priority(
+    monkeypatch: pytest.MonkeyPatch, address: str | None
+) -> None:
+    (call,) = _connect_with(monkeypatch, address, running=False)
+    # Ray adds worker_niceness to the workers' nice value (its default, 15, puts them below every other process).
+    assert call["_system_config"] == {"worker_niceness": 0}
+    assert call["num_cpus"] == 2 and call["include_dashboard"] is False
+
+
+def test_attaching_to_a_running_ray_passes_no_start_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = _connect_with(monkeypatch, None, running=True)
+    assert "_system_config" in first
+    assert not {"_system_config", "num_cpus", "include_dashboard"} & set(second)
+    (call,) = _connect_with(monkeypatch, "ray://head:10001", running=True)
+    assert not {"_system_config", "num_cpus"} & set(call)
+
+
+_PRIORITY_SCRIPT = """
+import os
+from rlinf_scheduler import Cluster, NodePlacementStrategy, Worker
+
+class Priority(Worker):
+    def nice(self) -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)  # this thread's, the one running the worker's calls
+
+with Cluster(num_nodes=1, ray_address="local", num_cpus=1) as cluster:
+    group = Priority.create_group().launch(cluster, NodePlacementStrategy([0]), name="prio")
+    print("NICE", os.getpriority(os.PRIO_PROCESS, 0), group.nice().wait(timeout=120)[0])
+"""
+
+
+@pytest.mark.ray
+def test_workers_of_a_started_ray_have_the_drivers_nice_value() -> None:
+    # Meaningful when the driver's nice value is below 19 - 15 (with Ray's default the workers would be at +15).
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PRIORITY_SCRIPT], capture_output=True, text=True, timeout=180, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("NICE ")]
+    driver, worker = (int(v) for v in line.split()[1:])
+    assert worker == driver

@@ -50,6 +50,10 @@ COMM_NET_DEVICES_ENV = "RLINF_COMM_NET_DEVICES"
 """Set on a node before ``ray start``: network interface(s) its workers use for gloo/NCCL traffic."""
 
 _HEAD_RESOURCE = "node:__internal_head__"
+_LOCAL_SYSTEM_CONFIG: dict[str, Any] = {"worker_niceness": 0}
+"""Ray settings of a local instance a cluster starts. ``worker_niceness`` is what Ray adds to the nice value of
+its worker processes: Ray's default, 15, lets every other process of the machine (the driver, Ray's own daemons,
+another program) preempt the workers, which do all of a run's work; 0 runs them at the driver's priority."""
 _ACCELERATOR_TYPE_PREFIX = "accelerator_type:"
 _logger = logging.getLogger("rlinf_scheduler.cluster")
 
@@ -237,9 +241,14 @@ class Cluster:
             return False
         address = self._config.ray_address
         common: dict[str, Any] = {"namespace": self._namespace, "log_to_driver": True}
+        start: dict[str, Any] = {
+            "num_cpus": num_cpus,
+            "include_dashboard": False,
+            "_system_config": dict(_LOCAL_SYSTEM_CONFIG),
+        }
         if address is not None:
             if address == "local":
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+                ray.init(address="local", **start, **common)
             else:
                 ray.init(address=address, **common)
             return True
@@ -247,11 +256,15 @@ class Cluster:
         # `ray start`, else a new local instance. (Unlike address="auto", it never attaches to another
         # program's private local instance that happens to run on the same machine.)
         try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, **common)
+            ray.init(**start, **common)
         except ValueError as err:
-            if num_cpus is None or "existing cluster" not in str(err):
+            if "existing cluster" not in str(err):
                 raise
-            _logger.warning("Cluster: attached to a running Ray cluster; num_cpus=%s is ignored", num_cpus)
+            # Attaching: the running cluster's settings apply (Ray refuses num_cpus and _system_config here).
+            if num_cpus is not None:
+                _logger.warning(
+                    "Cluster: attached to a running Ray cluster; num_cpus=%s is ignored", num_cpus
+                )
             ray.init(**common)
         return True
 
