@@ -160,12 +160,16 @@ def test_half_run_plus_resume_is_bit_identical_to_a_straight_run(
     assert _metrics_by_step(tmp_path / "metrics.jsonl", range(3, 5)) == expected
 
 
-@pytest.mark.parametrize("reset", [False, True])
+@pytest.mark.parametrize("reset", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_resume_with_another_budget_keeps_the_schedule_it_started_with(
     app: EmbodiedApp, cluster: Any, tmp_path: Path, straight: dict[str, Path], reset: bool
 ) -> None:
     """Step 2 of a linear-LR run planned for 4 steps, resumed with max_epochs=3: step 3 has the 4-step schedule's
-    learning rate, or the 3-step one's with actor.optim.reset_lr_schedule_on_resume."""
+    learning rate, or the 3-step one's with actor.optim.reset_lr_schedule_on_resume.
+
+    ``reset`` True is slow: in the default suite test_resume_continues_at_the_next_step resumes a linear-LR run
+    with another budget and the reset through the same actor-worker path, and
+    packages/rlinf-models/tests/test_models_schedule.py checks ``resumed_schedule_total`` both ways."""
     import shutil
 
     src = straight["linear"] / "checkpoints" / "global_step_2"
