@@ -12,6 +12,11 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # address (explicitly or through RAY_ADDRESS in a subprocess's environment).
 os.environ.setdefault("RAY_ADDRESS", "local")
 
+# MuJoCo fixes its GL backend from MUJOCO_GL when it is first imported, by whichever test module (or the module
+# it imports) comes first in an xdist worker; the offscreen renderers of the env tests need EGL (Mesa's software
+# EGL on a CPU machine, which .ci/run provides). Set before collection, so the order of the files does not matter.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 # Property tests draw the same examples on every run (CI must not flake on a newly found corner); run with
 # `--hypothesis-profile=explore` to search afresh.
 from hypothesis import settings

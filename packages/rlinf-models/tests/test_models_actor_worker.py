@@ -105,6 +105,9 @@ def cluster() -> Iterator[tuple[Cluster, dict[str, WorkerGroup]]]:
                 ),
                 "ro": StandInRollout.create_group().launch(c, PackedPlacementStrategy(2, 3), name="ro"),
             }
+            # Seven worker processes start at once: minutes on a loaded 2-core box, not the tests' call timeouts.
+            for group in groups.values():
+                group.wait_ready(timeout=300)
             yield c, groups
     finally:
         ray.shutdown()

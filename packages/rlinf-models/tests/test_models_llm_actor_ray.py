@@ -120,7 +120,7 @@ def groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with Cluster(num_nodes=1, simulated_accelerators_per_node=4, interrupt_main_on_failure=False) as c:
-            yield {
+            groups = {
                 "a1": LocalGroup(_cfg(model_dir), ALGO),
                 "a2": LLMActorWorker.create_group(_cfg(model_dir), ALGO).launch(
                     c, PackedPlacementStrategy(0, 1), name="a2"
@@ -133,6 +133,11 @@ def groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                     c, PackedPlacementStrategy(2, 2), name="ro"
                 ),
             }
+            # Five worker processes start at once: minutes on a loaded 2-core box, not the tests' call timeouts.
+            for group in groups.values():
+                if isinstance(group, WorkerGroup):
+                    group.wait_ready(timeout=300)
+            yield groups
     finally:
         ray.shutdown()
 
@@ -165,8 +170,7 @@ def test_two_fsdp_ranks_make_the_same_update_and_sync_it(groups: dict[str, Any],
     a1, a2, ro = groups["a1"], groups["a2"], groups["ro"]
     batch = _batch(seed=0)
     x1 = _all_same(_wait(a1.compute_logprobs(batch)))
-    # The first call also waits for the module's five worker processes to start (minutes on a loaded 2-core box).
-    x2 = _all_same(a2.compute_logprobs(batch).wait(timeout=300))
+    x2 = _all_same(a2.compute_logprobs(batch).wait(timeout=120))
     assert set(x2) == {"logprobs", "ref_logprobs", "values"}
     for key in x1:  # each rank scored half, all-gathered
         torch.testing.assert_close(x2[key], x1[key], rtol=1e-5, atol=1e-5, msg=key)

@@ -86,7 +86,7 @@ def groups() -> Iterator[dict[str, WorkerGroup]]:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with Cluster(num_nodes=1, simulated_accelerators_per_node=4, interrupt_main_on_failure=False) as c:
-            yield {
+            groups = {
                 "one": Probe.create_group(_actor_cfg(), ALGO, SPEC).launch(
                     c, PackedPlacementStrategy(0, 0), name="one"
                 ),
@@ -98,6 +98,10 @@ def groups() -> Iterator[dict[str, WorkerGroup]]:
                     c, PackedPlacementStrategy(3, 3), name="other"
                 ),
             }
+            # Four worker processes start at once: minutes on a loaded 2-core box, not the tests' call timeouts.
+            for group in groups.values():
+                group.wait_ready(timeout=300)
+            yield groups
     finally:
         ray.shutdown()
 
