@@ -30,12 +30,12 @@ from ._losses import (
     sac_critic_loss,
     sac_critic_target,
     sac_temperature_loss,
-    soft_target_update,
     split_crossq_q,
     subsample_q_heads,
     td3_critic_target,
     td3_target_actions,
 )
+from ._target import soft_target_update
 
 __all__ = [
     "aggregate_q",
