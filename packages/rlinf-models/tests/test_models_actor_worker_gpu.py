@@ -149,12 +149,9 @@ def _obs(spec: EnvSpec, n: int, g: torch.Generator) -> Any:
     if spec.obs_dict is None:
         return torch.randn(n, *spec.obs_shape, generator=g)
     if "rgb" in spec.obs_dict:  # LIBERO's cameras
-        return {
-            "rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
-            "wrist_rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
-            "state": torch.randn(n, 8, generator=g) * 0.3,
-            "task_index": torch.arange(n).remainder(2)[:, None],
-        }
+        from rlinf_models.vla.testing import libero_obs
+
+        return libero_obs(n, 64, seed=int(torch.randint(2**31, (1,), generator=g)))
     from rlinf_models.pi0.testing import lerobot_tiny_obs
 
     return lerobot_tiny_obs(n, g)
