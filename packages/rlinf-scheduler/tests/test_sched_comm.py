@@ -21,6 +21,7 @@ pytestmark = pytest.mark.ray
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BIG = 512 * 1024  # float32 elements: 2 MB, above the inline limit, so it takes the shared-memory path
+INLINE_F32 = 60_000  # float32 elements: 240 KB, the largest kind of message that travels inside its frame
 
 
 @dataclasses.dataclass
@@ -84,6 +85,40 @@ class Peer(Worker):
         got = [float(self.recv(group, rank, timeout=30)[0]) for _ in range(n)]
         got += [float(self.recv(group, rank, timeout=30)["small"]) for _ in range(n)]
         return got
+
+    def claim_then_cross(self, group: str, rank: int, n: int) -> tuple[bool, list[int]]:
+        # Both sides call this at once. After the hello, each holds the other's connection claimed; then both
+        # send n inline messages (more bytes than the sockets buffer) before receiving any.
+        self.send({"hello": self.rank}, group, rank)
+        self.recv(group, rank, timeout=30)  # the first frame makes the peer's connection known
+        claimed = self._comm().conns[(group, rank)].claim(5.0)  # as a receive that has to wait does
+        payload = np.zeros(INLINE_F32, np.float32)
+        for i in range(n):
+            payload[0] = i
+            self.send(payload, group, rank)
+        return claimed, [int(self.recv(group, rank, timeout=60)[0]) for _ in range(n)]
+
+    def claim_then_sleep(self, group: str, rank: int, seconds: float, n: int) -> tuple[bool, list[int]]:
+        self.recv(group, rank, timeout=30)  # the first frame makes the peer's connection known
+        self.send("ready", group, rank)
+        self.recv(group, rank, timeout=30)  # waits, so it claims the connection (almost always)
+        claimed = self._comm().conns[(group, rank)].claim(5.0)  # (and surely)
+        time.sleep(seconds)  # busy with something else: the claim must not stop the peer's sends
+        return claimed, [int(self.recv(group, rank, timeout=60)[0]) for _ in range(n)]
+
+    def hello_then_flood(self, group: str, rank: int, n: int) -> float:
+        self.send("hello", group, rank)
+        self.recv(group, rank, timeout=30)
+        self.send("hello again", group, rank)
+        payload = np.zeros(INLINE_F32, np.float32)
+        start = time.monotonic()
+        for i in range(n):
+            payload[0] = i
+            self.send(payload, group, rank)
+        return time.monotonic() - start
+
+    def buffered(self, group: str, rank: int) -> int:
+        return len(self._comm().inbox((group, rank), "p2p").ready)
 
     def irecv_then_check(self, group: str, rank: int) -> tuple[bool, bool, float]:
         work = self.irecv(group, rank)
@@ -186,6 +221,39 @@ def test_crossed_sends_do_not_deadlock(groups: tuple[WorkerGroup, WorkerGroup]) 
     (got_b,) = right.wait(timeout=120)
     assert got_a == [float(i) for i in range(n)] + [float(i) for i in range(n)]  # cb rank 0 sends 0*100+i
     assert got_b == [float(i) for i in range(n)] * 2  # ca rank 0 also has rank 0
+
+
+def test_claimed_connections_do_not_deadlock_crossed_inline_floods(
+    groups: tuple[WorkerGroup, WorkerGroup],
+) -> None:
+    # A receive reads its peer's connection itself and keeps it claimed; a send that would block gives the
+    # claims back to the reader threads, so two workers flooding each other still drain each other.
+    a, b = groups
+    n = 60  # 14 MB each way: more than two loopback sockets buffer
+    left = a.execute_on(0).claim_then_cross("cb", 0, n)
+    right = b.execute_on(0).claim_then_cross("ca", 0, n)
+    for claimed, got in (left.wait(timeout=120)[0], right.wait(timeout=120)[0]):
+        assert claimed
+        assert got == list(range(n))
+
+
+def test_an_idle_claim_goes_back_to_the_reader_thread(groups: tuple[WorkerGroup, WorkerGroup]) -> None:
+    # The receiver claims the connection, then sleeps inside the same method: its reader thread takes the
+    # connection back and drains it, so the sender is not held up until the receiver reads again.
+    a, b = groups
+    n, sleep_s = 100, 6.0  # 24 MB: far more than the sockets buffer
+    recv = a.execute_on(0).claim_then_sleep("cb", 0, sleep_s, n)
+    (sent_s,) = b.execute_on(0).hello_then_flood("ca", 0, n).wait(timeout=120)
+    claimed, got = recv.wait(timeout=120)[0]
+    assert claimed and got == list(range(n))
+    assert sent_s < sleep_s / 2, f"the sender waited {sent_s:.1f} s for a claimed connection"
+    # After the method returned, the reader thread buffers what arrives while nobody receives.
+    b.execute_on(0).send_many("ca", 0, 3).wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while a.execute_on(0).buffered("cb", 0).wait(timeout=30)[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert a.execute_on(0).buffered("cb", 0).wait(timeout=30)[0] == 3
+    assert a.execute_on(0).recv_many("cb", 0, 3).wait(timeout=60)[0] == [0, 1, 2]
 
 
 def test_isend_irecv_work(groups: tuple[WorkerGroup, WorkerGroup]) -> None:

@@ -202,6 +202,11 @@ def _recording_wrapper(fn: Any, name: str) -> Any:
             raise
         finally:
             _leave_call(depth)
+            if depth == 0:
+                # The connections this thread's receives claimed go back to their reader threads.
+                comm = self.__dict__.get("_rlinf_comm_state")
+                if comm is not None:
+                    comm.release_claims()
 
     # functools.wraps copies a coroutine marker set by inspect.markcoroutinefunction; Ray must see a plain function.
     method.__dict__.pop("_is_coroutine_marker", None)
