@@ -136,11 +136,12 @@ class Connection:
         poller.register(self._wake_r, select.POLLIN)
         try:
             while not self.closed:
-                if not self._resume.wait(REVOKE_S):  # a claiming thread reads meanwhile
+                # While a thread has the connection claimed, look every REVOKE_S whether it still reads.
+                if not self._resume.wait(REVOKE_S) or not self._gate.acquire(timeout=REVOKE_S):
                     self._revoke_idle_claim()
                     continue
                 frame = None
-                with self._gate:
+                try:
                     if self._want:
                         continue
                     events = dict(poller.poll())
@@ -154,6 +155,8 @@ class Connection:
                     except (ConnectionError, OSError):
                         self.closed = True
                         return
+                finally:
+                    self._gate.release()
                 self.handle(*frame)
         finally:
             self._close()
@@ -172,7 +175,7 @@ class Connection:
             ):
                 return
             self._owner = None
-        self._want = False
+            self._want = False
         self._gate.release()
         self._resume.set()
 
@@ -201,8 +204,8 @@ class Connection:
             if self._handover:
                 return False
             self._handover = True
-        self._resume.clear()
-        self._want = True
+            self._resume.clear()
+            self._want = True
         with contextlib.suppress(OSError):  # BlockingIOError: a wake-up byte is already pending
             os.write(self._wake_w, b"\0")
         got = self._gate.acquire(timeout=max(timeout, 0.001))
@@ -211,8 +214,9 @@ class Connection:
             if got:
                 self._owner = me
                 self._last_read = time.monotonic()
+            else:
+                self._want = False
         if not got:
-            self._want = False
             self._resume.set()
         return got
 
@@ -267,7 +271,7 @@ class Connection:
             if self._owner is None or self._reading or (not force and self._owner != threading.get_ident()):
                 return
             self._owner = None
-        self._want = False
+            self._want = False  # under the lock: a thread claiming next sets it again after this
         self._gate.release()
         self._resume.set()
 
