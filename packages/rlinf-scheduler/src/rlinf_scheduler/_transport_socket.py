@@ -220,10 +220,6 @@ class Connection:
             self._resume.set()
         return got
 
-    def owned(self) -> bool:
-        """Whether the calling thread has claimed this connection."""
-        return self._owner == threading.get_ident()
-
     def read(self, timeout: float, spin: float = 0.0) -> bool:
         """Read and handle one frame (claiming thread).
 
