@@ -296,26 +296,50 @@ def test_attaching_to_a_running_ray_passes_no_start_settings(monkeypatch: pytest
 
 _PRIORITY_SCRIPT = """
 import os
+import threading
 from rlinf_scheduler import Cluster, NodePlacementStrategy, Worker
+from rlinf_scheduler._malloc import malloc_arena_count
 
 class Priority(Worker):
     def nice(self) -> int:
         return os.getpriority(os.PRIO_PROCESS, 0)  # this thread's, the one running the worker's calls
 
+    def arenas_around_threads(self, threads):
+        def allocate():
+            for _ in range(200):
+                _ = [bytearray(4096) for _ in range(64)]
+
+        before = malloc_arena_count()
+        pool = [threading.Thread(target=allocate) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return before, malloc_arena_count()
+
 with Cluster(num_nodes=1, ray_address="local", num_cpus=1) as cluster:
     group = Priority.create_group().launch(cluster, NodePlacementStrategy([0]), name="prio")
     print("NICE", os.getpriority(os.PRIO_PROCESS, 0), group.nice().wait(timeout=120)[0])
+    print("ARENAS", *group.arenas_around_threads(8).wait(timeout=120)[0])
+    print("DRIVER_ENV", os.environ.get("MALLOC_ARENA_MAX"))
 """
 
 
 @pytest.mark.ray
-def test_workers_of_a_started_ray_have_the_drivers_nice_value() -> None:
+def test_workers_of_a_started_ray_have_the_drivers_nice_value_and_two_malloc_arenas() -> None:
     # Meaningful when the driver's nice value is below 19 - 15 (with Ray's default the workers would be at +15).
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env.pop("MALLOC_ARENA_MAX", None)
     out = subprocess.run(
         [sys.executable, "-c", _PRIORITY_SCRIPT], capture_output=True, text=True, timeout=180, env=env
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("NICE ")]
-    driver, worker = (int(v) for v in line.split()[1:])
+    lines = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines() if ln.split()}
+    driver, worker = (int(v) for v in lines["NICE"])
     assert worker == driver
+    # glibc's default (8 arenas per core) lets a worker's call threads each keep a peak heap; the started
+    # instance's processes get MALLOC_ARENA_MAX=2, and the driver's environment is left as it was.
+    if lines["ARENAS"][0] != "None":  # glibc
+        before, after = (int(v) for v in lines["ARENAS"])
+        assert before <= 2 and after <= 2, (before, after)
+    assert lines["DRIVER_ENV"] == ["None"]

@@ -36,6 +36,7 @@ from ._config import (
 from ._deaths import explain_death, fault_file, oom_kill_count
 from ._errors import SchedulerTimeoutError, WorkerFailure
 from ._group import SHUTDOWN_GRACE_S, teardown_workers
+from ._malloc import arena_env
 from ._monitor import FailureMonitor
 
 if TYPE_CHECKING:
@@ -248,7 +249,8 @@ class Cluster:
         }
         if address is not None:
             if address == "local":
-                ray.init(address="local", **start, **common)
+                with arena_env():  # the instance's processes inherit it (see _malloc)
+                    ray.init(address="local", **start, **common)
             else:
                 ray.init(address=address, **common)
             return True
@@ -256,7 +258,8 @@ class Cluster:
         # `ray start`, else a new local instance. (Unlike address="auto", it never attaches to another
         # program's private local instance that happens to run on the same machine.)
         try:
-            ray.init(**start, **common)
+            with arena_env():
+                ray.init(**start, **common)
         except ValueError as err:
             if "existing cluster" not in str(err):
                 raise
