@@ -194,12 +194,15 @@ class _CommState:
                 self.actors[peer] = handle
         return handle
 
-    def peer_info(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, int, str, int]]:
+    def _ask_once(
+        self, cache: dict[PeerKey, Any], peers: Iterable[PeerKey], method: str
+    ) -> dict[PeerKey, Any]:
+        """``{peer: answer}`` of ``method`` (a worker method without arguments), asking each peer only once."""
         peers = list(peers)
         with self.lock:
-            missing = [p for p in peers if p not in self.info]
+            missing = [p for p in peers if p not in cache]
         if missing:
-            refs = [self.actor(p)._comm_info.remote() for p in missing]
+            refs = [getattr(self.actor(p), method).remote() for p in missing]
             try:
                 values = ray.get(refs, timeout=_INFO_TIMEOUT_S)
             except ray.exceptions.GetTimeoutError:
@@ -207,9 +210,13 @@ class _CommState:
             except ray.exceptions.RayActorError as e:
                 raise RuntimeError(f"one of the workers {missing} is gone") from e
             with self.lock:
-                self.info.update(zip(missing, values, strict=True))
+                cache.update(zip(missing, values, strict=True))
         with self.lock:
-            return {p: self.info[p] for p in peers}
+            return {p: cache[p] for p in peers}
+
+    def peer_info(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, int, str, int]]:
+        """Each peer's (node id, pid, host, port of its frame server), asked once per peer."""
+        return self._ask_once(self.info, peers, "_comm_info")
 
     def next_seq(self, peer: PeerKey, stream: str) -> int:
         with self.lock:
@@ -243,19 +250,7 @@ class _CommState:
 
     def peer_cuda(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, ...]]:
         """The GPU UUIDs each peer sees (asked once per peer, when the first CUDA payload goes to it)."""
-        peers = list(peers)
-        with self.lock:
-            missing = [p for p in peers if p not in self.cuda_uuids]
-        if missing:
-            refs = [self.actor(p)._comm_cuda_info.remote() for p in missing]
-            try:
-                values = ray.get(refs, timeout=_INFO_TIMEOUT_S)
-            except ray.exceptions.GetTimeoutError:
-                raise TimeoutError(f"workers {missing} did not answer within {_INFO_TIMEOUT_S} s") from None
-            with self.lock:
-                self.cuda_uuids.update((p, tuple(v)) for p, v in zip(missing, values, strict=True))
-        with self.lock:
-            return {p: self.cuda_uuids[p] for p in peers}
+        return {p: tuple(v) for p, v in self._ask_once(self.cuda_uuids, peers, "_comm_cuda_info").items()}
 
     @staticmethod
     def cuda_module() -> Any:
