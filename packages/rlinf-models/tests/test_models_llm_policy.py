@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from rlinf_models.llm import CausalLMPolicy, LLMModelConfig, load_causal_lm, load_tokenizer
+from rlinf_models.llm._varlen import VARLEN_SDPA, sequence_bounds, use_varlen_sdpa
 from rlinf_models.llm.testing import make_tiny_model_dir
 
 torch.set_num_threads(1)
@@ -164,9 +165,23 @@ def test_score_mask_scores_only_the_selected_positions(model_dir: Path) -> None:
     assert grads and any(g.abs().sum() > 0 for g in grads)
 
 
-@pytest.mark.parametrize(("arch", "attn"), [("qwen2", "sdpa"), ("qwen2", "eager"), ("llama", "sdpa")])
+@pytest.mark.parametrize(
+    ("arch", "attn"),
+    [
+        ("qwen2", "sdpa"),
+        ("qwen2", "eager"),
+        ("llama", "sdpa"),
+        ("qwen2", "varlen"),
+        ("llama", "varlen"),
+        ("llama", "varlen+checkpointing"),
+    ],
+)
 def test_remove_padding_equals_the_padded_path_with_gradients(tmp_path: Path, arch: str, attn: str) -> None:
+    """Packed rows score and differentiate as the padded batch. ``varlen`` (the FSDP actor's choice for packed
+    micro-batches) attends per sequence with no mask at all, so a wrong split would mix rows; with activation
+    checkpointing the backward pass recomputes the attention and must find the same sequences."""
     directory = make_tiny_model_dir(tmp_path / arch, arch=arch, seed=2)
+    varlen = attn.startswith("varlen")
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(3, 512, (4, 12), generator=g)
     mask = torch.ones_like(ids)
@@ -182,7 +197,15 @@ def test_remove_padding_equals_the_padded_path_with_gradients(tmp_path: Path, ar
     results = []
     for remove_padding in (False, True):
         torch.manual_seed(0)
-        model = load_causal_lm(LLMModelConfig(model_path=str(directory), attn_implementation=attn))
+        model_cfg = LLMModelConfig(
+            model_path=str(directory),
+            attn_implementation="sdpa" if varlen else attn,
+            gradient_checkpointing=attn.endswith("checkpointing"),
+        )
+        model = load_causal_lm(model_cfg)
+        if varlen:
+            assert use_varlen_sdpa(model) and model.config._attn_implementation == VARLEN_SDPA
+            model.train()  # transformers recomputes checkpointed layers in training mode only
         policy = CausalLMPolicy(model, add_value_head=True, logprob_chunk_size=7)
         out = policy(
             ids, mask, temperature=0.8, compute_entropy=True, score_mask=score, remove_padding=remove_padding
@@ -199,6 +222,29 @@ def test_remove_padding_equals_the_padded_path_with_gradients(tmp_path: Path, ar
     assert g_pad.keys() == g_pack.keys() and len(g_pad) > 5
     for name in g_pad:
         torch.testing.assert_close(g_pack[name], g_pad[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_sequence_bounds_split_a_packed_row_where_positions_restart() -> None:
+    assert sequence_bounds(torch.tensor([0, 1, 2, 0, 1, 0, 0, 1, 2, 3])) == [(0, 3), (3, 5), (5, 6), (6, 10)]
+    assert sequence_bounds(torch.tensor([4, 5, 6])) == [(0, 3)]  # one sequence, whatever its first position
+    assert sequence_bounds(torch.tensor([0, 1, 5, 6])) == [(0, 2), (2, 4)]  # a jump is a new sequence too
+    assert sequence_bounds(torch.zeros(0, dtype=torch.long)) == []
+    with pytest.raises(ValueError, match=r"\[L\]"):
+        sequence_bounds(torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_varlen_model_keeps_the_padded_path_and_generation_exact(model_dir: Path) -> None:
+    """With a padding mask the varlen implementation is transformers' sdpa: bit-equal scores and tokens."""
+    ids, mask = _batch(512, seed=5)
+    plain = load_causal_lm(LLMModelConfig(model_path=str(model_dir)))
+    varlen = load_causal_lm(LLMModelConfig(model_path=str(model_dir)))
+    assert use_varlen_sdpa(varlen)
+    assert not use_varlen_sdpa(varlen)  # only a model on sdpa is switched
+    a, b = CausalLMPolicy(plain)(ids, mask), CausalLMPolicy(varlen)(ids, mask)
+    assert torch.equal(a["logprobs"], b["logprobs"])
+    prompt = ids[:2, :6]
+    kwargs = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 2}
+    assert torch.equal(plain.generate(prompt, **kwargs), varlen.generate(prompt, **kwargs))
 
 
 def test_default_chunking_bounds_the_logits_buffer_by_bytes() -> None:

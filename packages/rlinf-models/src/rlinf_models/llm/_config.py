@@ -107,8 +107,9 @@ class LLMActorConfig:
     512 MiB (about 880 for a 152k vocabulary; a whole micro-batch for a small one)."""
     use_remove_padding: bool = False
     """Pack each micro-batch's attended tokens into one sequence for the decoder (no work on padding; rows kept
-    apart by their position ids: a block-diagonal mask for ``sdpa`` / ``eager``, variable-length kernels for
-    ``flash_attention_2``). Same results as the padded path up to float error. ``fsdp`` backend only."""
+    apart by their position ids: with ``sdpa`` attention runs per sequence, with ``flash_attention_2`` through its
+    variable-length kernels, with ``eager`` under a block-diagonal mask). Same results as the padded path up to
+    float error. ``fsdp`` backend only."""
 
     max_tokens_per_mbs: int | None = attrs.field(default=None, validator=v.optional(v.ge(1)))
     """Token budget of a training micro-batch (attended tokens): mini-batches are cut, in order, into the fewest

@@ -68,6 +68,7 @@ from ._config import LLMActorConfig
 from ._hf import load_causal_lm, load_tokenizer
 from ._lora import ADAPTER_DIR, apply_lora, merge_lora_state, write_peft_adapter
 from ._policy import CausalLMPolicy
+from ._varlen import use_varlen_sdpa
 from ._vlm import VLMPolicy, images_of, is_vision_language, load_image_processor
 
 __all__ = ["CHECKPOINT_SUBDIR", "FSDPActorBackend"]
@@ -251,6 +252,9 @@ class FSDPActorBackend:
 
     def _build_policy(self, *, trainable: bool) -> CausalLMPolicy:
         model = load_causal_lm(self.cfg.model)
+        vlm = is_vision_language(self.cfg.model.model_path)
+        if self.cfg.use_remove_padding and not vlm:
+            use_varlen_sdpa(model)  # per-sequence attention in packed rows instead of one dense block mask
         if trainable and self.cfg.model.is_lora:
             model = apply_lora(model, self.cfg.model)  # the reference model stays the base model
         value_head = self.cfg.model.add_value_head and trainable
@@ -261,7 +265,7 @@ class FSDPActorBackend:
                 add_value_head=value_head,
                 logprob_chunk_size=self.cfg.logprob_chunk_size,
             )
-            if is_vision_language(self.cfg.model.model_path)
+            if vlm
             else CausalLMPolicy(
                 model, add_value_head=value_head, logprob_chunk_size=self.cfg.logprob_chunk_size
             )

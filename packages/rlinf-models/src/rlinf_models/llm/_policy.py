@@ -222,10 +222,11 @@ class CausalLMPolicy(nn.Module):
             score_mask: Optional ``[B, T]``: only these positions get log-probs and entropies (the others are
                 0), which skips the vocabulary projection of e.g. prompt tokens. Values are always computed.
             remove_padding: Run the decoder on the attended tokens only, all rows packed into one sequence of
-                ``attention_mask.sum()`` tokens whose position ids restart at 0 for each row; transformers then
-                keeps the rows apart (a block-diagonal causal mask for ``sdpa`` / ``eager``, variable-length
-                kernels for ``flash_attention_2``). The outputs equal the padded path's up to float error and
-                the decoder does no work on padding.
+                ``attention_mask.sum()`` tokens whose position ids restart at 0 for each row, which keep the
+                rows apart: per-sequence attention for a model switched to
+                :data:`~rlinf_models.llm._varlen.VARLEN_SDPA` (what the FSDP actor does), variable-length kernels
+                for ``flash_attention_2``, a block-diagonal causal mask for plain ``sdpa`` / ``eager``. The
+                outputs equal the padded path's up to float error and the decoder does no work on padding.
             vision: A vision-language policy's packed images (``images [B, K, H, W, 3]`` uint8,
                 ``image_sizes [B, K, 2]``; see :class:`~rlinf_models.llm.VLMPolicy`); ``None`` for text.
 
