@@ -242,11 +242,81 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    """RLinf / SB3 seconds to the target: ``inf`` when only SB3 reached it, ``None`` when SB3 did not."""
+    if not theirs:
+        return None
+    return ours / theirs if ours else float("inf")
+
+
+def _one_seed(task: Task, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``--repeats`` pairs at ``seed``: both curves, the target, each side's medians and their ratio."""
+    derive = task.target is None
+    stop = not (args.full_curves or derive)
+    rows: list[dict[str, Any]] = []
+
+    def show(i: int, side: str, out: dict[str, Any]) -> None:
+        brief = {k: v for k, v in out.items() if k != "curve"}
+        sys.stderr.write(f"seed {seed} repeat {i} {side}: {json.dumps(brief)} evals {out['curve']}\n")
+
+    for i in range(args.repeats):
+        row: dict[str, Any] = {"repeat": i}
+        if derive:  # SB3 first: its curve sets the target
+            row["sb3"] = run_sb3(task, seed, stop_at_target=False)
+            show(i, "sb3", row["sb3"])
+        row["rlinf"] = run_rlinf(task, seed, args.overrides, stop_at_target=stop)
+        show(i, "rlinf", row["rlinf"])
+        if not args.no_sb3 and not derive:
+            row["sb3"] = run_sb3(task, seed, stop_at_target=stop)
+            show(i, "sb3", row["sb3"])
+        rows.append(row)
+    target = task.target
+    if derive:
+        best = min(max(ret for _, _, ret in r["sb3"]["curve"]) for r in rows)
+        target = task.target_step * (best // task.target_step)
+        for r in rows:
+            for side in ("rlinf", "sb3"):
+                r[side]["reach_s"], r[side]["env_steps"] = _reach(r[side]["curve"], target)
+    out: dict[str, Any] = {
+        "seed": seed,
+        "command_rlinf": " ".join(
+            [
+                f"uv run apps/embodied/train.py --config-name {task.config}",
+                *task.rlinf_overrides,
+                *_seed_args(seed),
+                *args.overrides,
+            ]
+        ),
+        "command_sb3": f"uv run --group bench python {task.script} --sb3 --seed {seed}",
+        "target": target,
+        "target_from_sb3_curve": derive,
+        "repeats": rows,
+    }
+    sides = ("rlinf",) if args.no_sb3 else ("rlinf", "sb3")
+    for side in sides:
+        keys = [k for k in rows[0][side] if k != "curve"]
+        out[f"{side}_median"] = {k: _median([r[side][k] for r in rows]) for k in keys}
+    if not args.no_sb3:
+        ratio = _ratio(out["rlinf_median"]["reach_s"], out["sb3_median"]["reach_s"])
+        out["ratio_rlinf_over_sb3"] = None if ratio is None or ratio == float("inf") else ratio
+        out["rlinf_missed_target"] = ratio == float("inf")
+    return out
+
+
 def main(task: Task, doc: str | None) -> int:
-    """The bench's command line for ``task`` (``--repeats``, ``--seed``, ``--no-sb3``, overrides)."""
+    """The bench's command line for ``task`` (``--repeats``, ``--seed`` / ``--seeds``, ``--no-sb3``, overrides)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="pairs per seed")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="several seeds, one after another (overrides --seed): each gets its own target (when SB3's curve "
+        "sets it) and ratio, and the summary adds the median ratio over the seeds (a seed where only SB3 "
+        "reached the target counts as slower than every other)",
+    )
     parser.add_argument(
         "--sb3", action="store_true", help="run the SB3 side in this process (the bench's child)"
     )
@@ -261,58 +331,26 @@ def main(task: Task, doc: str | None) -> int:
     args = parser.parse_args()
     if args.sb3:
         return sb3_child(task, args.seed, stop_at_target=args.sb3_stop_at_target)
-    derive = task.target is None
-    if derive and args.no_sb3:
+    if task.target is None and args.no_sb3:
         raise SystemExit("this task's target comes from SB3's curve: drop --no-sb3")
-    stop = not (args.full_curves or derive)
+    seeds = args.seeds if args.seeds is not None else [args.seed]
     load_before = os.getloadavg()
-    rows: list[dict[str, Any]] = []
-
-    def show(i: int, side: str, out: dict[str, Any]) -> None:
-        brief = {k: v for k, v in out.items() if k != "curve"}
-        sys.stderr.write(f"repeat {i} {side}: {json.dumps(brief)} evals {out['curve']}\n")
-
-    for i in range(args.repeats):
-        row: dict[str, Any] = {"repeat": i}
-        if derive:  # SB3 first: its curve sets the target
-            row["sb3"] = run_sb3(task, args.seed, stop_at_target=False)
-            show(i, "sb3", row["sb3"])
-        row["rlinf"] = run_rlinf(task, args.seed, args.overrides, stop_at_target=stop)
-        show(i, "rlinf", row["rlinf"])
-        if not args.no_sb3 and not derive:
-            row["sb3"] = run_sb3(task, args.seed, stop_at_target=stop)
-            show(i, "sb3", row["sb3"])
-        rows.append(row)
-    target = task.target
-    if derive:
-        best = min(max(ret for _, _, ret in r["sb3"]["curve"]) for r in rows)
-        target = task.target_step * (best // task.target_step)
-        for r in rows:
-            for side in ("rlinf", "sb3"):
-                r[side]["reach_s"], r[side]["env_steps"] = _reach(r[side]["curve"], target)
-    summary: dict[str, Any] = {
-        "command_rlinf": " ".join(
-            [
-                f"uv run apps/embodied/train.py --config-name {task.config}",
-                *task.rlinf_overrides,
-                *_seed_args(args.seed),
-                *args.overrides,
+    per_seed = [_one_seed(task, seed, args) for seed in seeds]
+    summary: dict[str, Any] = {"cpus": os.cpu_count(), "load_average_before": load_before}
+    if len(per_seed) == 1:
+        summary.update(per_seed[0])
+    else:
+        summary["seeds"] = per_seed
+        if not args.no_sb3:
+            ratios = [_ratio(r["rlinf_median"]["reach_s"], r["sb3_median"]["reach_s"]) for r in per_seed]
+            known = [r for r in ratios if r is not None]
+            median = statistics.median(known) if known else None
+            summary["ratio_per_seed"] = [
+                None if r is None else ("rlinf missed the target" if r == float("inf") else r) for r in ratios
             ]
-        ),
-        "command_sb3": f"uv run --group bench python {task.script} --sb3 --seed {args.seed}",
-        "target": target,
-        "target_from_sb3_curve": derive,
-        "cpus": os.cpu_count(),
-        "load_average_before": load_before,
-        "repeats": rows,
-    }
-    sides = ("rlinf",) if args.no_sb3 else ("rlinf", "sb3")
-    for side in sides:
-        keys = [k for k in rows[0][side] if k != "curve"]
-        summary[f"{side}_median"] = {k: _median([r[side][k] for r in rows]) for k in keys}
-    if not args.no_sb3:
-        ours, theirs = summary["rlinf_median"]["reach_s"], summary["sb3_median"]["reach_s"]
-        summary["ratio_rlinf_over_sb3"] = ours / theirs if ours and theirs else None
+            summary["ratio_median_over_seeds"] = (
+                "rlinf missed the target" if median == float("inf") else median
+            )
     summary["load_average_after"] = os.getloadavg()
     sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     return 0

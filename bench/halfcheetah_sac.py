@@ -1,6 +1,6 @@
 """SAC on MuJoCo HalfCheetah-v5: ``uv run apps/embodied/train.py --config-name halfcheetah_sac`` vs SB3 SAC.
 
-    uv run --group bench python bench/halfcheetah_sac.py [--repeats 1] [--seed 0] [--full-curves]
+    uv run --group bench python bench/halfcheetah_sac.py [--repeats 1] [--seed 0 | --seeds 0 1 2] [--full-curves]
 
 Both sides are timed from the moment the bench spawns them, as subprocesses, alternating, to the first
 evaluation whose mean return (4 deterministic episodes of 1000 steps, seeds 10000-10003) is at or above the

@@ -1,6 +1,6 @@
 """SAC on Pendulum-v1: ``uv run apps/embodied/train.py --config-name pendulum_sac`` vs Stable-Baselines3 SAC.
 
-    uv run --group bench python bench/pendulum_sac.py [--repeats 3] [--seed 0]
+    uv run --group bench python bench/pendulum_sac.py [--repeats 3] [--seed 0 | --seeds 0 1 2]
 
 Both are timed from the moment the bench spawns them, as subprocesses, alternating, ``--repeats`` times, to the
 first evaluation whose mean return is >= -200 (the machinery is ``bench/_sac_vs_sb3.py``):
