@@ -249,8 +249,13 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
     return ours / theirs if ours else float("inf")
 
 
-def _one_seed(task: Task, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """``--repeats`` pairs at ``seed``: both curves, the target, each side's medians and their ratio."""
+def _shown(ratio: float | None) -> float | str | None:
+    """A ratio for the JSON summary (``inf`` spelled out)."""
+    return "rlinf missed the target" if ratio == float("inf") else ratio
+
+
+def _one_seed(task: Task, seed: int, args: argparse.Namespace) -> tuple[dict[str, Any], float | None]:
+    """``--repeats`` pairs at ``seed``: (both curves, the target and each side's medians; their ratio)."""
     derive = task.target is None
     stop = not (args.full_curves or derive)
     rows: list[dict[str, Any]] = []
@@ -296,11 +301,11 @@ def _one_seed(task: Task, seed: int, args: argparse.Namespace) -> dict[str, Any]
     for side in sides:
         keys = [k for k in rows[0][side] if k != "curve"]
         out[f"{side}_median"] = {k: _median([r[side][k] for r in rows]) for k in keys}
+    ratio = None
     if not args.no_sb3:
         ratio = _ratio(out["rlinf_median"]["reach_s"], out["sb3_median"]["reach_s"])
-        out["ratio_rlinf_over_sb3"] = None if ratio is None or ratio == float("inf") else ratio
-        out["rlinf_missed_target"] = ratio == float("inf")
-    return out
+        out["ratio_rlinf_over_sb3"] = _shown(ratio)
+    return out, ratio
 
 
 def main(task: Task, doc: str | None) -> int:
@@ -335,22 +340,16 @@ def main(task: Task, doc: str | None) -> int:
         raise SystemExit("this task's target comes from SB3's curve: drop --no-sb3")
     seeds = args.seeds if args.seeds is not None else [args.seed]
     load_before = os.getloadavg()
-    per_seed = [_one_seed(task, seed, args) for seed in seeds]
+    results = [_one_seed(task, seed, args) for seed in seeds]
     summary: dict[str, Any] = {"cpus": os.cpu_count(), "load_average_before": load_before}
-    if len(per_seed) == 1:
-        summary.update(per_seed[0])
+    if len(results) == 1:
+        summary.update(results[0][0])
     else:
-        summary["seeds"] = per_seed
-        if not args.no_sb3:
-            ratios = [_ratio(r["rlinf_median"]["reach_s"], r["sb3_median"]["reach_s"]) for r in per_seed]
-            known = [r for r in ratios if r is not None]
-            median = statistics.median(known) if known else None
-            summary["ratio_per_seed"] = [
-                None if r is None else ("rlinf missed the target" if r == float("inf") else r) for r in ratios
-            ]
-            summary["ratio_median_over_seeds"] = (
-                "rlinf missed the target" if median == float("inf") else median
-            )
+        summary["seeds"] = [out for out, _ in results]
+        known = [r for _, r in results if r is not None]
+        if known:  # a seed where only SB3 reached the target sorts above every other (inf)
+            summary["ratio_per_seed"] = [_shown(r) for _, r in results]
+            summary["ratio_median_over_seeds"] = _shown(statistics.median(known))
     summary["load_average_after"] = os.getloadavg()
     sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     return 0

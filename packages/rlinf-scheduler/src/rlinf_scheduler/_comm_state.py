@@ -250,7 +250,7 @@ class _CommState:
 
     def peer_cuda(self, peers: Iterable[PeerKey]) -> dict[PeerKey, tuple[str, ...]]:
         """The GPU UUIDs each peer sees (asked once per peer, when the first CUDA payload goes to it)."""
-        return {p: tuple(v) for p, v in self._ask_once(self.cuda_uuids, peers, "_comm_cuda_info").items()}
+        return self._ask_once(self.cuda_uuids, peers, "_comm_cuda_info")  # a tuple from each peer
 
     @staticmethod
     def cuda_module() -> Any:
